@@ -1,0 +1,257 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// DBTX is what Write needs from the caller: a pgx.Tx, or anything with the
+// same methods (a pgxpool.Tx, a pgx.Conn inside BEGIN).
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Event is one outbox event as the producer describes it.
+type Event struct {
+	// ID is the event's identity: the broker message id and the consumers'
+	// deduplication key. Zero means a new time-ordered UUID (v7).
+	ID uuid.UUID
+	// AggregateType names the kind of entity, e.g. "order". Letters, digits,
+	// '_', '.', '-'; at most 100 bytes. Part of the routing key.
+	AggregateType string
+	// AggregateID identifies the entity within its type; at most 200 bytes.
+	// It becomes part of a Temporal workflow ID: never put personal data here.
+	AggregateID string
+	// AggregateVersion is the event's position within its aggregate, 1, 2, 3…
+	// Zero lets Ferry assign the next one. A caller with its own
+	// optimistic-concurrency column passes that value; a taken version fails
+	// with ErrVersionConflict, a skipped one with ErrVersionGap.
+	AggregateVersion int64
+	// EventType names what happened, e.g. "created". Same characters as
+	// AggregateType.
+	EventType string
+	// SchemaVersion of the payload's shape. Zero means 1.
+	SchemaVersion int
+	// Payload is a JSON document.
+	Payload json.RawMessage
+}
+
+// Written is what Write reports for each stored event.
+type Written struct {
+	ID               uuid.UUID
+	AggregateVersion int64
+}
+
+// Config configures a Writer.
+type Config struct {
+	// MaxPayloadBytes rejects larger payloads before they reach the database.
+	// Default 1 MiB: well below Temporal's 2 MB payload limit and RabbitMQ's
+	// 16 MiB message limit.
+	MaxPayloadBytes int
+	// MaxBatch is the most events one WriteBatch call takes. Default 1000.
+	MaxBatch int
+}
+
+// Writer writes outbox events. It is safe for concurrent use and holds no
+// connection.
+type Writer struct {
+	cfg        Config
+	propagator propagation.TextMapPropagator
+}
+
+// Sentinel errors. Each names a producer mistake: none is retryable as is.
+var (
+	// ErrInvalidEvent wraps every validation failure; the message names the field.
+	ErrInvalidEvent = errors.New("invalid outbox event")
+	// ErrVersionConflict: the aggregate already has this version. Reload the
+	// aggregate and retry the whole transaction.
+	ErrVersionConflict = errors.New("aggregate version conflict")
+	// ErrVersionGap: the caller's version skips versions of the aggregate.
+	ErrVersionGap = errors.New("aggregate version gap")
+	// ErrDuplicateID: an event with this id already exists.
+	ErrDuplicateID = errors.New("duplicate event id")
+)
+
+// NewWriter validates cfg and fills its defaults.
+func NewWriter(cfg Config) (*Writer, error) {
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, 1<<20)
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, 1000)
+	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > 16<<20 {
+		return nil, fmt.Errorf("outbox: Config.MaxPayloadBytes %d: must be between 1 and %d (RabbitMQ's default limit)", cfg.MaxPayloadBytes, 16<<20)
+	}
+	if cfg.MaxBatch < 0 {
+		return nil, fmt.Errorf("outbox: Config.MaxBatch %d: must be positive", cfg.MaxBatch)
+	}
+	return &Writer{cfg: cfg, propagator: propagation.TraceContext{}}, nil
+}
+
+// Write stores one event in the caller's transaction.
+func (w *Writer) Write(ctx context.Context, tx DBTX, ev Event) (Written, error) {
+	out, err := w.WriteBatch(ctx, tx, []Event{ev})
+	if err != nil {
+		return Written{}, err
+	}
+	return out[0], nil
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}$`)
+
+// Validate reports the first problem with ev, naming the field.
+func (w *Writer) Validate(ev Event) error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidEvent, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case ev.AggregateType == "":
+		return bad("AggregateType", "is empty")
+	case !namePattern.MatchString(ev.AggregateType):
+		return bad("AggregateType", "%q: use 1-100 letters, digits, '_', '.' or '-'", ev.AggregateType)
+	case ev.AggregateID == "":
+		return bad("AggregateID", "is empty")
+	case len(ev.AggregateID) > 200 || !utf8.ValidString(ev.AggregateID):
+		return bad("AggregateID", "must be valid UTF-8 of at most 200 bytes")
+	case ev.EventType == "":
+		return bad("EventType", "is empty")
+	case !namePattern.MatchString(ev.EventType):
+		return bad("EventType", "%q: use 1-100 letters, digits, '_', '.' or '-'", ev.EventType)
+	case ev.AggregateVersion < 0:
+		return bad("AggregateVersion", "%d: must be 0 (assign) or at least 1", ev.AggregateVersion)
+	case ev.SchemaVersion < 0:
+		return bad("SchemaVersion", "%d: must be at least 1 (0 means 1)", ev.SchemaVersion)
+	case len(ev.Payload) == 0:
+		return bad("Payload", "is empty: send a JSON document such as {}")
+	case len(ev.Payload) > w.cfg.MaxPayloadBytes:
+		return bad("Payload", "is %d bytes, over the limit of %d (Config.MaxPayloadBytes): store large data elsewhere and send a reference", len(ev.Payload), w.cfg.MaxPayloadBytes)
+	case !json.Valid(ev.Payload):
+		return bad("Payload", "is not valid JSON")
+	}
+	return nil
+}
+
+// sqlInsert inserts the whole batch in one round trip. A NULL version is
+// filled by the outbox_assign_version trigger, row by row in input order
+// (WITH ORDINALITY keeps that order), so a batch for one aggregate gets
+// consecutive versions.
+const sqlInsert = `
+INSERT INTO outbox_events
+    (id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, trace_parent, trace_state)
+SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type, e.schema_version, e.payload, $8, $9
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::jsonb[])
+     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, n)
+ORDER BY e.n
+RETURNING id, aggregate_version`
+
+// WriteBatch stores events in the caller's transaction, in order, and
+// returns their ids and versions in the same order. It either stores all of
+// them or returns an error; the caller should then roll back.
+func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Written, error) {
+	if len(events) == 0 {
+		return nil, fmt.Errorf("%w: batch is empty", ErrInvalidEvent)
+	}
+	if len(events) > w.cfg.MaxBatch {
+		return nil, fmt.Errorf("%w: batch has %d events, over the limit of %d (Config.MaxBatch)", ErrInvalidEvent, len(events), w.cfg.MaxBatch)
+	}
+	var (
+		ids      = make([]uuid.UUID, len(events))
+		aggTypes = make([]string, len(events))
+		aggIDs   = make([]string, len(events))
+		versions = make([]*int64, len(events))
+		types    = make([]string, len(events))
+		schemas  = make([]int32, len(events))
+		payloads = make([]string, len(events))
+		seen     = make(map[uuid.UUID]bool, len(events))
+	)
+	for i, ev := range events {
+		if err := w.Validate(ev); err != nil {
+			if len(events) > 1 {
+				return nil, fmt.Errorf("event %d of the batch: %w", i, err)
+			}
+			return nil, err
+		}
+		id := ev.ID
+		if id == uuid.Nil {
+			var err error
+			if id, err = uuid.NewV7(); err != nil {
+				return nil, fmt.Errorf("new event id: %w", err)
+			}
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("%w: %s appears twice in the batch", ErrDuplicateID, id)
+		}
+		seen[id] = true
+		ids[i], aggTypes[i], aggIDs[i], types[i] = id, ev.AggregateType, ev.AggregateID, ev.EventType
+		if ev.AggregateVersion > 0 {
+			v := ev.AggregateVersion
+			versions[i] = &v
+		}
+		schemas[i] = int32(max(ev.SchemaVersion, 1))
+		payloads[i] = string(ev.Payload)
+	}
+	carrier := propagation.MapCarrier{}
+	w.propagator.Inject(ctx, carrier)
+
+	rows, err := tx.Query(ctx, sqlInsert, ids, aggTypes, aggIDs, versions, types, schemas, payloads,
+		nullIfEmpty(carrier.Get("traceparent")), nullIfEmpty(carrier.Get("tracestate")))
+	if err != nil {
+		return nil, translate(err)
+	}
+	got := make(map[uuid.UUID]int64, len(events))
+	for rows.Next() {
+		var id uuid.UUID
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("insert outbox events: %w", err)
+		}
+		got[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	out := make([]Written, len(events))
+	for i, id := range ids {
+		v, ok := got[id]
+		if !ok {
+			return nil, fmt.Errorf("insert outbox events: no row came back for event %s", id)
+		}
+		out[i] = Written{ID: id, AggregateVersion: v}
+	}
+	return out, nil
+}
+
+// translate maps the schema's constraint errors to sentinels, keeping the
+// database's message (it names the aggregate and the versions).
+func translate(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.ConstraintName == "outbox_events_aggregate_version_key":
+			return fmt.Errorf("%w: %s", ErrVersionConflict, pgErr.Message)
+		case pgErr.ConstraintName == "outbox_events_aggregate_version_gap":
+			return fmt.Errorf("%w: %s", ErrVersionGap, pgErr.Message)
+		case pgErr.ConstraintName == "outbox_events_pkey":
+			return fmt.Errorf("%w: %s", ErrDuplicateID, pgErr.Detail)
+		case pgErr.Code == "42P01":
+			return fmt.Errorf("insert outbox events: %w (run `ferry migrate`)", err)
+		}
+	}
+	return fmt.Errorf("insert outbox events: %w", err)
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
