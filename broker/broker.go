@@ -1,0 +1,238 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/ (or amqps://
+	// with peer verification). Required.
+	URL string
+	// Exchange is the durable topic exchange events go to. Default "ferry.events".
+	Exchange string
+	// DialTimeout bounds connecting and declaring the exchange. Default 10s.
+	DialTimeout time.Duration
+}
+
+// Message is one event on the wire.
+type Message struct {
+	ID         string // message_id: the event id
+	Type       string // type: the event type
+	RoutingKey string
+	Headers    amqp.Table
+	Body       []byte
+	Timestamp  time.Time
+}
+
+var (
+	// ErrUnroutable: no queue is bound for the routing key, so the broker
+	// returned the message. Not retryable until someone binds a queue; the
+	// caller decides whether to wait.
+	ErrUnroutable = errors.New("message returned unroutable")
+	// ErrNacked: the broker refused to take responsibility for the message
+	// (e.g. an internal error or a full queue with reject-publish). Retryable.
+	ErrNacked = errors.New("message nacked by broker")
+	// ErrUnavailable: the broker could not be reached or the connection broke
+	// before the confirm. Retryable; the message may or may not have been
+	// queued (at-least-once: a retry can duplicate it).
+	ErrUnavailable = errors.New("broker unavailable")
+	// ErrClosed: Close was called.
+	ErrClosed = errors.New("publisher closed")
+)
+
+// Publisher publishes messages with confirms over one lazily dialled
+// connection. It is safe for concurrent use.
+type Publisher struct {
+	cfg Config
+
+	mu      sync.Mutex
+	closed  bool
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	// returned holds basic.returns read off the channel but not yet claimed
+	// by their publisher, by message id.
+	returned map[string]amqp.Return
+}
+
+var exchangeName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
+
+// New validates cfg. It does not dial: the first Publish (or Connect) does.
+func New(cfg Config) (*Publisher, error) {
+	cfg.Exchange = cmp.Or(cfg.Exchange, "ferry.events")
+	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, 10*time.Second)
+	if cfg.URL == "" {
+		return nil, errors.New("broker: Config.URL is empty")
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		return nil, fmt.Errorf("broker: Config.URL %q: must be amqp://… or amqps://…", Redact(cfg.URL))
+	}
+	if !exchangeName.MatchString(cfg.Exchange) {
+		return nil, fmt.Errorf("broker: Config.Exchange %q: use 1-255 letters, digits, '_', '.', ':' or '-'", cfg.Exchange)
+	}
+	return &Publisher{cfg: cfg, returned: map[string]amqp.Return{}}, nil
+}
+
+// Exchange is the exchange messages go to.
+func (p *Publisher) Exchange() string { return p.cfg.Exchange }
+
+// Connect dials (if not connected) and declares the exchange. Publish calls
+// it too; call it at start-up to fail early with a clear error.
+func (p *Publisher) Connect(ctx context.Context) error {
+	_, err := p.channel(ctx)
+	return err
+}
+
+// Publish sends msg and waits for the broker's confirm.
+func (p *Publisher) Publish(ctx context.Context, msg Message) error {
+	ch, err := p.channel(ctx)
+	if err != nil {
+		return err
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, msg.RoutingKey, true, false, amqp.Publishing{
+		Headers:      msg.Headers,
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    msg.ID,
+		Type:         msg.Type,
+		Timestamp:    msg.Timestamp,
+		Body:         msg.Body,
+	})
+	if err != nil {
+		p.reset(ch)
+		return fmt.Errorf("%w: publish %s: %v", ErrUnavailable, msg.ID, err)
+	}
+	acked, err := dc.WaitContext(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, ctx.Err())
+		}
+		p.reset(ch)
+		return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, err)
+	}
+	// The broker sends basic.return before the ack of the same message, and
+	// the client delivers both from one reader goroutine in that order, so any
+	// return of msg is in p.returns by now.
+	if r, ok := p.takeReturn(msg.ID); ok {
+		return fmt.Errorf("%w: exchange %q, routing key %q: %d %s (bind a queue to it)",
+			ErrUnroutable, p.cfg.Exchange, msg.RoutingKey, r.ReplyCode, r.ReplyText)
+	}
+	if !acked {
+		return fmt.Errorf("%w: %s", ErrNacked, msg.ID)
+	}
+	return nil
+}
+
+// Close closes the connection. Safe to call more than once.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.conn != nil {
+		err := p.conn.Close()
+		p.conn, p.ch = nil, nil
+		if err != nil && !errors.Is(err, amqp.ErrClosed) {
+			return fmt.Errorf("broker: close: %w", err)
+		}
+	}
+	return nil
+}
+
+func (p *Publisher) takeReturn(id string) (amqp.Return, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case r := <-p.returns:
+			p.returned[r.MessageId] = r
+		default:
+			drained = true
+		}
+	}
+	r, ok := p.returned[id]
+	delete(p.returned, id)
+	return r, ok
+}
+
+func (p *Publisher) channel(ctx context.Context) (*amqp.Channel, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if p.ch != nil && !p.ch.IsClosed() && !p.conn.IsClosed() {
+		return p.ch, nil
+	}
+	p.dropLocked()
+
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	conn, err := amqp.DialConfig(p.cfg.URL, amqp.Config{
+		Dial:       amqp.DefaultDial(p.cfg.DialTimeout),
+		Properties: amqp.Table{"connection_name": "ferry-publisher"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %v", ErrUnavailable, Redact(p.cfg.URL), err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: open channel: %v", ErrUnavailable, err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: enable confirms: %v", ErrUnavailable, err)
+	}
+	// Buffered so the client's reader goroutine never blocks on it: returns
+	// are drained by every Publish after its confirm, so at most one per
+	// in-flight publish is waiting here.
+	p.returns = ch.NotifyReturn(make(chan amqp.Return, 4096))
+	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("broker: declare exchange %q: %w", p.cfg.Exchange, err)
+	}
+	if ctx.Err() != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: dial %s: %v", ErrUnavailable, Redact(p.cfg.URL), ctx.Err())
+	}
+	p.conn, p.ch = conn, ch
+	return ch, nil
+}
+
+// reset drops the connection if ch is still the current channel, so the next
+// Publish redials.
+func (p *Publisher) reset(ch *amqp.Channel) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch == ch {
+		p.dropLocked()
+	}
+}
+
+func (p *Publisher) dropLocked() {
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
+	p.conn, p.ch = nil, nil
+	clear(p.returned)
+}
+
+// Redact hides the password of an AMQP or PostgreSQL URL for logs and errors.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	return u.Redacted()
+}

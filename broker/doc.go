@@ -1,0 +1,14 @@
+// Package broker publishes Ferry's events to RabbitMQ with publisher
+// confirms.
+//
+// A Publish returns nil only after the broker confirmed the message: it was
+// routed to at least one queue (mandatory; an unroutable message comes back as
+// ErrUnroutable) and, for durable queues, written to disk. Messages are
+// persistent and carry the event id as message_id, so consumers can
+// deduplicate. The Publisher dials lazily and redials after any connection or
+// channel failure, so a broker restart costs the failed publishes one retry.
+//
+// The package owns the AMQP connection, its channel and the exchange
+// declaration. It does not own retries (the caller's, i.e. Temporal's retry
+// policy) or queues (consumers declare and bind their own).
+package broker
