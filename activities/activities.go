@@ -1,0 +1,209 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// AMQP headers set on every message. Consumers read the ordering and schema
+// information from them; the event id is the message_id property.
+const (
+	HeaderAggregateType    = "ferry-aggregate-type"
+	HeaderAggregateID      = "ferry-aggregate-id"
+	HeaderAggregateVersion = "ferry-aggregate-version"
+	HeaderSchemaVersion    = "ferry-schema-version"
+	HeaderTraceParent      = "traceparent"
+	HeaderTraceState       = "tracestate"
+)
+
+// Config configures Activities.
+type Config struct {
+	// Pool reaches the outbox tables. Required.
+	Pool *pgxpool.Pool
+	// Publisher sends to RabbitMQ. Required.
+	Publisher *broker.Publisher
+	// RoutingKey builds a message's routing key. Default
+	// "<aggregate_type>.<event_type>".
+	RoutingKey func(aggregateType, eventType string) string
+}
+
+// Activities are the aggregate workflow's activities.
+type Activities struct {
+	pool       *pgxpool.Pool
+	pub        *broker.Publisher
+	routingKey func(aggregateType, eventType string) string
+}
+
+// New validates cfg.
+func New(cfg Config) (*Activities, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("activities: Config.Pool is nil")
+	}
+	if cfg.Publisher == nil {
+		return nil, errors.New("activities: Config.Publisher is nil")
+	}
+	if cfg.RoutingKey == nil {
+		cfg.RoutingKey = DefaultRoutingKey
+	}
+	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey}, nil
+}
+
+// DefaultRoutingKey is "<aggregate_type>.<event_type>".
+func DefaultRoutingKey(aggregateType, eventType string) string {
+	return aggregateType + "." + eventType
+}
+
+// Registry is the part of a Temporal worker that Register needs.
+type Registry interface {
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// Register registers the activities under their wire names.
+func (a *Activities) Register(r Registry) {
+	r.RegisterActivityWithOptions(a.PublishEvent, activity.RegisterOptions{Name: workflows.PublishEventActivity})
+	r.RegisterActivityWithOptions(a.LoadAggregateCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+}
+
+// Error types of non-retryable or classified application errors.
+const (
+	ErrTypeEventMissing = "EventMissing"
+	ErrTypeMismatch     = "EventMismatch"
+	ErrTypeUnroutable   = "Unroutable"
+	ErrTypeBroker       = "BrokerUnavailable"
+)
+
+const sqlLoadEvent = `
+SELECT aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
+       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status
+FROM outbox_events WHERE id = $1`
+
+// sqlMarkPublished runs only after the broker's confirm. Advancing
+// delivered_version is what lets a later run of the workflow resume after
+// this event; GREATEST keeps a late, repeated attempt from moving it back.
+const sqlMarkPublished = `
+WITH ev AS (
+    UPDATE outbox_events
+    SET status = 'published', published_at = now(), last_error = NULL
+    WHERE id = $1
+    RETURNING aggregate_type, aggregate_id, aggregate_version
+)
+UPDATE outbox_aggregates a
+SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
+FROM ev
+WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
+
+// sqlNoteError keeps the latest failure on the row for operators; the
+// attempt history itself is in Temporal.
+const sqlNoteError = `UPDATE outbox_events SET last_error = $2 WHERE id = $1 AND status <> 'published'`
+
+const sqlLoadCursor = `
+SELECT delivered_version FROM outbox_aggregates
+WHERE aggregate_type = $1 AND aggregate_id = $2`
+
+// PublishEvent publishes one outbox event with a publisher confirm, then
+// marks it published. A retry after a successful confirm whose mark was lost
+// publishes again: delivery is at-least-once and consumers deduplicate by
+// message id.
+func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
+	var (
+		ev      row
+		payload []byte
+	)
+	err := a.pool.QueryRow(ctx, sqlLoadEvent, in.EventID).Scan(&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
+		&ev.schemaVersion, &payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", in.EventID), ErrTypeEventMissing, nil)
+	}
+	if err != nil {
+		return workflows.PublishResult{}, fmt.Errorf("load event %s: %w", in.EventID, err)
+	}
+	if ev.aggType != in.AggregateType || ev.aggID != in.AggregateID || ev.version != in.Version {
+		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event %s is %s/%s v%d in outbox_events, but was signalled as %s/%s v%d",
+				in.EventID, ev.aggType, ev.aggID, ev.version, in.AggregateType, in.AggregateID, in.Version), ErrTypeMismatch, nil)
+	}
+	if ev.status == "published" {
+		return workflows.PublishResult{AlreadyPublished: true}, nil
+	}
+
+	headers := amqp.Table{
+		HeaderAggregateType:    ev.aggType,
+		HeaderAggregateID:      ev.aggID,
+		HeaderAggregateVersion: ev.version,
+		HeaderSchemaVersion:    int64(ev.schemaVersion),
+	}
+	if ev.traceParent != "" {
+		headers[HeaderTraceParent] = ev.traceParent
+	}
+	if ev.traceState != "" {
+		headers[HeaderTraceState] = ev.traceState
+	}
+	err = a.pub.Publish(ctx, broker.Message{
+		ID:         in.EventID,
+		Type:       ev.eventType,
+		RoutingKey: a.routingKey(ev.aggType, ev.eventType),
+		Headers:    headers,
+		Body:       payload,
+		Timestamp:  ev.createdAt,
+	})
+	if err != nil {
+		a.noteError(ctx, in.EventID, err)
+		if errors.Is(err, broker.ErrUnroutable) {
+			// Retryable on purpose: binding a queue fixes it, and skipping
+			// would lose the event.
+			return workflows.PublishResult{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeUnroutable, err)
+		}
+		return workflows.PublishResult{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBroker, err)
+	}
+	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
+		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
+	}
+	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
+	return workflows.PublishResult{}, nil
+}
+
+// LoadAggregateCursor reads the highest version of the aggregate delivered in
+// order. An aggregate without a row has delivered nothing.
+func (a *Activities) LoadAggregateCursor(ctx context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
+	var res workflows.CursorResult
+	err := a.pool.QueryRow(ctx, sqlLoadCursor, in.AggregateType, in.AggregateID).Scan(&res.Delivered)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return res, fmt.Errorf("load cursor of %s/%s: %w", in.AggregateType, in.AggregateID, err)
+	}
+	return res, nil
+}
+
+func (a *Activities) noteError(ctx context.Context, id string, cause error) {
+	// Detached: the activity's context may be the reason we are here.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	msg := cause.Error()
+	if len(msg) > 1000 {
+		msg = msg[:1000]
+	}
+	if _, err := a.pool.Exec(ctx, sqlNoteError, id, strings.ToValidUTF8(msg, "?")); err != nil {
+		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
+	}
+}
+
+type row struct {
+	aggType, aggID, eventType string
+	version                   int64
+	schemaVersion             int32
+	traceParent, traceState   string
+	createdAt                 time.Time
+	status                    string
+}
