@@ -1,0 +1,13 @@
+// Package poller is Ferry's relay from PostgreSQL to Temporal.
+//
+// It claims committed, pending outbox rows (FOR UPDATE SKIP LOCKED plus a
+// lease, counting the attempt at claim time, oldest first: never a "last seen
+// id" cursor, since commit order is not id order), groups them per aggregate
+// and signals-with-start one workflow per aggregate. A row is marked
+// dispatched only after Temporal accepted the signal; a crash in between
+// re-signals after the lease, and the workflow drops the duplicate.
+//
+// It wakes on LISTEN/NOTIFY over a dedicated connection and polls as a
+// fallback. Several pollers may run at once. It owns no business logic and
+// no delivery: it does not touch RabbitMQ.
+package poller

@@ -1,0 +1,409 @@
+package poller
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// Channel is the NOTIFY channel the schema's insert trigger fires.
+const Channel = "ferry_outbox"
+
+// Config configures a Poller.
+type Config struct {
+	// Pool reaches the outbox. Required. LISTEN uses one extra, dedicated
+	// connection built from the pool's config (it must be a direct
+	// connection: a transaction-mode PgBouncer drops notifications).
+	Pool *pgxpool.Pool
+	// Temporal is the client to signal with. Required.
+	Temporal client.Client
+	// TaskQueue of the aggregate workflows. Default "ferry".
+	TaskQueue string
+	// Name identifies this poller in outbox_events.claimed_by. Default
+	// "<hostname>-<pid>".
+	Name string
+	// BatchSize is the most rows one claim takes. Default 200.
+	BatchSize int
+	// Lease is how long claimed rows stay invisible to other pollers. It
+	// must exceed SignalTimeout + MarkTimeout, or another poller could claim
+	// and signal a row while this one still works on it. Default 30s.
+	Lease time.Duration
+	// SignalTimeout bounds one signal-with-start. Default 5s.
+	SignalTimeout time.Duration
+	// MarkTimeout bounds marking a batch dispatched. Default 5s.
+	MarkTimeout time.Duration
+	// PollInterval is the fallback poll when no NOTIFY arrives; it is also the
+	// most a NOTIFY lost during a reconnect can delay a row. Default 1s.
+	PollInterval time.Duration
+	// Concurrency is how many signals are in flight at once. Default 16.
+	Concurrency int
+	// MaxBackoff caps the wait after failures (per row and for the loop).
+	// Default 30s.
+	MaxBackoff time.Duration
+	// IdleTimeout is passed to new aggregate workflows. Zero: the
+	// workflow's default.
+	IdleTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Poller relays pending outbox rows to aggregate workflows.
+type Poller struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	wake   chan struct{}
+}
+
+// New validates cfg and fills its defaults.
+func New(cfg Config) (*Poller, error) {
+	host, _ := os.Hostname()
+	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, "ferry")
+	cfg.Name = cmp.Or(cfg.Name, fmt.Sprintf("%s-%d", cmp.Or(host, "poller"), os.Getpid()))
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 200)
+	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
+	cfg.SignalTimeout = cmp.Or(cfg.SignalTimeout, 5*time.Second)
+	cfg.MarkTimeout = cmp.Or(cfg.MarkTimeout, 5*time.Second)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("poller: Config.Pool is nil")
+	case cfg.Temporal == nil:
+		return nil, errors.New("poller: Config.Temporal is nil")
+	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
+		return nil, fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
+	case cfg.Concurrency < 1:
+		return nil, fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
+	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout:
+		// dispatch ends every signal of a batch by Lease - MarkTimeout after
+		// the claim, so the mark lands inside the lease; this leaves room
+		// for at least one full signal.
+		return nil, fmt.Errorf("poller: Config.Lease %s must exceed SignalTimeout %s + MarkTimeout %s",
+			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
+	case cfg.PollInterval < 10*time.Millisecond:
+		return nil, fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
+	}
+	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1)}, nil
+}
+
+// Start starts the loop and the listener and returns at once.
+func (p *Poller) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil {
+		return errors.New("poller: already started")
+	}
+	// The loop outlives Start's ctx (often a start-up deadline); Stop ends it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	p.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.listen(ctx) }()
+	go func() { defer wg.Done(); p.loop(ctx) }()
+	go func() { wg.Wait(); close(p.done) }()
+	return nil
+}
+
+// Stop ends the loop and waits for the batch in hand to finish (its rows are
+// either marked or left to their lease). Safe to call more than once.
+func (p *Poller) Stop() {
+	p.mu.Lock()
+	cancel, done := p.cancel, p.done
+	p.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (p *Poller) loop(ctx context.Context) {
+	ticker := time.NewTicker(p.cfg.PollInterval)
+	defer ticker.Stop()
+	failures := 0
+	for {
+		err := p.drain(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := time.Duration(0)
+		if err != nil {
+			failures++
+			wait = backoff(failures, p.cfg.MaxBackoff)
+			p.log.Warn("relay round failed; rows stay pending and are retried", "error", err, "retry_in", wait)
+		} else {
+			failures = 0
+		}
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-ticker.C:
+		}
+	}
+}
+
+// drain relays batches until one comes back short.
+func (p *Poller) drain(ctx context.Context) error {
+	for {
+		n, err := p.RunOnce(ctx)
+		if err != nil || n < p.cfg.BatchSize {
+			return err
+		}
+	}
+}
+
+// Claimed is one claimed outbox row.
+type claimed struct {
+	id, aggType, aggID, eventType string
+	version                       int64
+}
+
+// sqlClaim takes the oldest claimable pending rows. SKIP LOCKED lets pollers
+// claim disjoint rows at once; the lease (next_attempt_at moved forward)
+// keeps them invisible after this statement's lock is gone; attempts counts
+// the claim itself, so a row that crashes its relay still counts.
+const sqlClaim = `
+UPDATE outbox_events e
+SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
+WHERE e.id IN (
+    SELECT id FROM outbox_events
+    WHERE status = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)
+RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type`
+
+// sqlMarkDispatched: only after Temporal accepted the signal. A row the
+// workflow already published stays published.
+const sqlMarkDispatched = `
+UPDATE outbox_events SET status = 'dispatched', dispatched_at = now(), last_error = NULL
+WHERE id = ANY($1::uuid[]) AND status = 'pending'`
+
+// sqlRelease gives rows whose signal failed back, after an exponential
+// backoff by attempts (1s, 2s, 4s… capped).
+const sqlRelease = `
+UPDATE outbox_events
+SET next_attempt_at = now() + LEAST(make_interval(secs => power(2, LEAST(attempts - 1, 20))), $2::interval),
+    last_error = $3
+WHERE id = ANY($1::uuid[]) AND status = 'pending'`
+
+// RunOnce claims one batch, signals its aggregates and marks what Temporal
+// accepted. It returns the number of rows claimed. Aggregates whose signal
+// failed keep their rows pending; the error then says how many failed.
+func (p *Poller) RunOnce(ctx context.Context) (int, error) {
+	rows, err := p.cfg.Pool.Query(ctx, sqlClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name)
+	if err != nil {
+		return 0, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
+		var c claimed
+		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType)
+		return c, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	groups := group(batch)
+	// Every signal must be done before the lease can run out, or another
+	// poller could claim the same rows while this one still signals.
+	dctx, dcancel := context.WithTimeout(ctx, p.cfg.Lease-p.cfg.MarkTimeout)
+	ok, failed := p.dispatch(dctx, groups)
+	dcancel()
+
+	// Detached: marking must happen even when Stop cancelled ctx while the
+	// signals were in flight, or every signalled row waits out its lease.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
+	defer cancel()
+	if len(ok) > 0 {
+		if _, err := p.cfg.Pool.Exec(mctx, sqlMarkDispatched, ok); err != nil {
+			// The workflows have the events; the rows come back after the
+			// lease and are re-signalled, and the workflows drop them.
+			return len(batch), fmt.Errorf("mark %d rows dispatched: %w", len(ok), err)
+		}
+	}
+	var firstErr error
+	for _, f := range failed {
+		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, f.ids, p.cfg.MaxBackoff, truncate(f.err.Error(), 1000)); err != nil {
+			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
+		}
+		firstErr = cmp.Or(firstErr, f.err)
+	}
+	p.log.Debug("relayed batch", "claimed", len(batch), "aggregates", len(groups), "signalled", len(ok), "failed_aggregates", len(failed))
+	if len(failed) > 0 {
+		return len(batch), fmt.Errorf("signal %d of %d aggregates (first error: %w)", len(failed), len(groups), firstErr)
+	}
+	return len(batch), nil
+}
+
+type aggregateGroup struct {
+	aggType, aggID string
+	events         []workflows.EventRef
+	ids            []string
+}
+
+// group splits a batch per aggregate, versions ascending, aggregates in the
+// order they first appear (oldest first).
+func group(batch []claimed) []*aggregateGroup {
+	byKey := map[string]*aggregateGroup{}
+	var out []*aggregateGroup
+	for _, c := range batch {
+		key := c.aggType + "\x00" + c.aggID
+		g := byKey[key]
+		if g == nil {
+			g = &aggregateGroup{aggType: c.aggType, aggID: c.aggID}
+			byKey[key] = g
+			out = append(out, g)
+		}
+		g.events = append(g.events, workflows.EventRef{ID: c.id, Version: c.version, Type: c.eventType})
+		g.ids = append(g.ids, c.id)
+	}
+	for _, g := range out {
+		slices.SortFunc(g.events, func(a, b workflows.EventRef) int { return cmp.Compare(a.Version, b.Version) })
+	}
+	return out
+}
+
+type failure struct {
+	workflowID string
+	ids        []string
+	err        error
+}
+
+// dispatch signals every group, Concurrency at a time. One aggregate's
+// failure never stops the others.
+func (p *Poller) dispatch(ctx context.Context, groups []*aggregateGroup) (ok []string, failed []failure) {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, p.cfg.Concurrency)
+	)
+	for _, g := range groups {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := p.signal(ctx, g)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, failure{workflowID: workflows.WorkflowID(g.aggType, g.aggID), ids: g.ids, err: err})
+				return
+			}
+			ok = append(ok, g.ids...)
+		}()
+	}
+	wg.Wait()
+	return ok, failed
+}
+
+func (p *Poller) signal(ctx context.Context, g *aggregateGroup) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.SignalTimeout)
+	defer cancel()
+	id := workflows.WorkflowID(g.aggType, g.aggID)
+	_, err := p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: g.events},
+		client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
+		workflows.AggregateWorkflowName,
+		workflows.AggregateInput{AggregateType: g.aggType, AggregateID: g.aggID, IdleTimeout: p.cfg.IdleTimeout},
+	)
+	if err != nil {
+		return fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	return nil
+}
+
+// listen keeps a dedicated LISTEN connection and turns notifications into
+// wake-ups. After every (re)connect it wakes the loop once, covering rows
+// committed while it was not listening.
+func (p *Poller) listen(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		err := p.listenOnce(ctx, func() { failures = 0 })
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		wait := backoff(failures, p.cfg.MaxBackoff)
+		p.log.Warn("LISTEN connection lost; polling every PollInterval until it is back",
+			"error", err, "poll_interval", p.cfg.PollInterval, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (p *Poller) listenOnce(ctx context.Context, connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, p.cfg.Pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	connected()
+	p.poke()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		p.poke()
+	}
+}
+
+func (p *Poller) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func backoff(failures int, limit time.Duration) time.Duration {
+	d := 500 * time.Millisecond << min(failures-1, 10)
+	return min(d, limit)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}

@@ -1,0 +1,91 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/workflow"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// Config configures a Worker.
+type Config struct {
+	// Temporal is the client the worker polls with. Required.
+	Temporal client.Client
+	// Activities to host. Required.
+	Activities *activities.Activities
+	// TaskQueue; must match the poller's. Default "ferry".
+	TaskQueue string
+	// MaxConcurrentActivities bounds publishes in flight. Default 64.
+	MaxConcurrentActivities int
+}
+
+// Worker is a started-on-demand Temporal worker.
+type Worker struct {
+	cfg Config
+
+	mu      sync.Mutex
+	w       sdkworker.Worker
+	stopped bool
+}
+
+// New validates cfg and registers the workflow and activities.
+func New(cfg Config) (*Worker, error) {
+	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, "ferry")
+	cfg.MaxConcurrentActivities = cmp.Or(cfg.MaxConcurrentActivities, 64)
+	switch {
+	case cfg.Temporal == nil:
+		return nil, errors.New("worker: Config.Temporal is nil")
+	case cfg.Activities == nil:
+		return nil, errors.New("worker: Config.Activities is nil")
+	case cfg.MaxConcurrentActivities < 1:
+		return nil, fmt.Errorf("worker: Config.MaxConcurrentActivities %d: must be at least 1", cfg.MaxConcurrentActivities)
+	}
+	w := sdkworker.New(cfg.Temporal, cfg.TaskQueue, sdkworker.Options{
+		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
+		// A workflow that panics or meets non-determinism after a deploy
+		// stays blocked (and visible) instead of failing: fix the code,
+		// redeploy, and it carries on.
+		WorkflowPanicPolicy: sdkworker.BlockWorkflow,
+	})
+	Register(w, cfg.Activities)
+	return &Worker{cfg: cfg, w: w}, nil
+}
+
+// Register registers Ferry's workflow and activities on r under their wire
+// names. Use it to host them in a worker of your own.
+func Register(r sdkworker.Registry, acts *activities.Activities) {
+	r.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
+	acts.Register(r)
+}
+
+// TaskQueue is the queue the worker polls.
+func (w *Worker) TaskQueue() string { return w.cfg.TaskQueue }
+
+// Start starts polling and returns at once.
+func (w *Worker) Start(context.Context) error {
+	if err := w.w.Start(); err != nil {
+		return fmt.Errorf("start worker on task queue %q: %w", w.cfg.TaskQueue, err)
+	}
+	return nil
+}
+
+// Stop stops polling and waits for running activities to finish (up to the
+// SDK's stop timeout; what is cut off is retried by Temporal). Safe to call
+// more than once.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	w.stopped = true
+	w.w.Stop()
+}
