@@ -1,0 +1,341 @@
+package devserver
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/common/authorization"
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/common/log"
+	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/primitives"
+	sqliteschema "go.temporal.io/server/schema/sqlite"
+	"go.temporal.io/server/temporal"
+
+	uiserver "github.com/temporalio/ui-server/v2/server"
+	uiconfig "github.com/temporalio/ui-server/v2/server/config"
+	uioptions "github.com/temporalio/ui-server/v2/server/server_options"
+)
+
+// Config configures an embedded Temporal server.
+type Config struct {
+	// DatabasePath is the SQLite file that keeps workflow state across restarts.
+	// Its folder is created when missing. Empty means an in-memory database
+	// that is gone when the server stops (what tests want).
+	DatabasePath string
+	// Address is the frontend's gRPC host:port. Default "127.0.0.1:7233";
+	// "127.0.0.1:0" picks a free port.
+	Address string
+	// UIAddress is where the Temporal Web UI listens, e.g. "127.0.0.1:8233".
+	// Empty disables the UI.
+	UIAddress string
+	// Namespace is registered at start. Default "default".
+	Namespace string
+	// SearchAttributes are registered on Namespace at start.
+	SearchAttributes map[string]enumspb.IndexedValueType
+	// LogFile receives the server's own log (JSON lines, level LogLevel).
+	// Empty discards it: the embedded server is chatty, logs expected errors
+	// with stack traces while it starts and stops, and would drown what
+	// Ferry prints.
+	LogFile string
+	// LogLevel of LogFile. Default "info".
+	LogLevel string
+}
+
+// Server is a running embedded Temporal server.
+type Server struct {
+	cfg      Config
+	srv      temporal.Server
+	ui       *uiserver.Server
+	frontend string
+	uiURL    string
+}
+
+// Start builds and starts the server and waits until its frontend answers.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cfg.Address = cmp.Or(cfg.Address, "127.0.0.1:7233")
+	cfg.Namespace = cmp.Or(cfg.Namespace, "default")
+	cfg.LogLevel = cmp.Or(cfg.LogLevel, "info")
+
+	host, port, err := splitHostPort(cfg.Address)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: Address %q: %w", cfg.Address, err)
+	}
+	if port == 0 {
+		if port, err = freePort(host); err != nil {
+			return nil, err
+		}
+	} else if err := portFree(host, port); err != nil {
+		return nil, fmt.Errorf("devserver: Address %s is taken (is another Temporal server running?): %w", cfg.Address, err)
+	}
+
+	sqlCfg := &config.SQL{
+		PluginName:        sqliteplugin.PluginName,
+		ConnectAttributes: map[string]string{},
+	}
+	if cfg.DatabasePath == "" {
+		sqlCfg.ConnectAttributes["mode"] = "memory"
+		sqlCfg.ConnectAttributes["cache"] = "shared"
+		sqlCfg.DatabaseName = "ferry-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	} else {
+		sqlCfg.ConnectAttributes["mode"] = "rwc"
+		// WAL: commits append to a log instead of rewriting pages, and a crash
+		// of this process (the dev server's common end) loses nothing.
+		sqlCfg.ConnectAttributes["journal_mode"] = "wal"
+		sqlCfg.ConnectAttributes["synchronous"] = "1"
+		sqlCfg.DatabaseName = cfg.DatabasePath
+		if err := os.MkdirAll(filepath.Dir(cfg.DatabasePath), 0o755); err != nil {
+			return nil, fmt.Errorf("devserver: create folder for %s: %w", cfg.DatabasePath, err)
+		}
+		if _, err := os.Stat(cfg.DatabasePath); errors.Is(err, os.ErrNotExist) {
+			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
+				return nil, fmt.Errorf("devserver: set up SQLite schema in %s: %w", cfg.DatabasePath, err)
+			}
+		}
+	}
+	if cfg.DatabasePath == "" {
+		if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
+			return nil, fmt.Errorf("devserver: set up in-memory schema: %w", err)
+		}
+	}
+
+	srvCfg, err := serverConfig(host, port, sqlCfg)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := sqliteschema.NewNamespaceConfig(srvCfg.ClusterMetadata.CurrentClusterName, cfg.Namespace, false, cfg.SearchAttributes)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: namespace %q: %w", cfg.Namespace, err)
+	}
+	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
+		return nil, fmt.Errorf("devserver: register namespace %q: %w", cfg.Namespace, err)
+	}
+
+	var logger log.Logger = log.NewNoopLogger()
+	if cfg.LogFile != "" {
+		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
+	}
+	authorizer, err := authorization.GetAuthorizerFromConfig(&srvCfg.Global.Authorization)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: authorizer: %w", err)
+	}
+	claimMapper, err := authorization.GetClaimMapperFromConfig(&srvCfg.Global.Authorization, logger)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: claim mapper: %w", err)
+	}
+	dc := dynamicconfig.StaticClient{
+		// Search attributes registered above are usable at once, without the
+		// cache refresh delay a cluster would have.
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+		dynamicconfig.FrontendEnableUpdateWorkflowExecution.Key():   true,
+	}
+	srv, err := temporal.NewServer(
+		temporal.WithConfig(srvCfg),
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithLogger(logger),
+		temporal.WithAuthorizer(authorizer),
+		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
+		temporal.WithDynamicConfigClient(dc),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: build server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("devserver: start server: %w", err)
+	}
+	s := &Server{cfg: cfg, srv: srv, frontend: net.JoinHostPort(host, strconv.Itoa(port))}
+	if err := s.waitReady(ctx); err != nil {
+		_ = srv.Stop()
+		return nil, err
+	}
+	if cfg.UIAddress != "" {
+		if err := s.startUI(); err != nil {
+			_ = srv.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// FrontendAddress is the host:port clients dial.
+func (s *Server) FrontendAddress() string { return s.frontend }
+
+// Namespace is the pre-registered namespace.
+func (s *Server) Namespace() string { return s.cfg.Namespace }
+
+// UIURL is the Web UI's address, or "" when the UI is off.
+func (s *Server) UIURL() string { return s.uiURL }
+
+// Stop stops the UI and the server. It is safe to call more than once.
+func (s *Server) Stop() error {
+	if s == nil || s.srv == nil {
+		return nil
+	}
+	if s.ui != nil {
+		s.ui.Stop()
+		s.ui = nil
+	}
+	srv := s.srv
+	s.srv = nil
+	return srv.Stop()
+}
+
+func (s *Server) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		c, err := client.DialContext(ctx, client.Options{HostPort: s.frontend, Namespace: s.cfg.Namespace, Logger: quietLogger{}})
+		if err == nil {
+			_, err = c.CheckHealth(ctx, &client.CheckHealthRequest{})
+			c.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devserver: frontend %s not ready: %w", s.frontend, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) startUI() error {
+	host, port, err := splitHostPort(s.cfg.UIAddress)
+	if err != nil {
+		return fmt.Errorf("devserver: UIAddress %q: %w", s.cfg.UIAddress, err)
+	}
+	if port == 0 {
+		if port, err = freePort(host); err != nil {
+			return err
+		}
+	} else if err := portFree(host, port); err != nil {
+		return fmt.Errorf("devserver: UIAddress %s is taken: %w", s.cfg.UIAddress, err)
+	}
+	cfg := &uiconfig.Config{
+		Host:                host,
+		Port:                port,
+		TemporalGRPCAddress: s.frontend,
+		EnableUI:            true,
+		DefaultNamespace:    s.cfg.Namespace,
+		HideLogs:            true,
+		DisableNewsFetch:    true, // no internet here, and none needed
+		CORS:                uiconfig.CORS{CookieInsecure: true},
+	}
+	s.ui = uiserver.NewServer(uioptions.WithConfigProvider(cfg))
+	s.uiURL = "http://" + net.JoinHostPort(host, strconv.Itoa(port))
+	go func() { _ = s.ui.Start() }()
+	// Wait until the UI answers so the printed URL works when a person clicks it.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.uiURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("devserver: UI on %s did not answer", s.uiURL)
+}
+
+func serverConfig(host string, port int, sqlCfg *config.SQL) (*config.Config, error) {
+	ports := make([]int, 0, 7)
+	for range 7 {
+		p, err := freePort(host)
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, p)
+	}
+	svc := func(grpc, membership int) config.Service {
+		return config.Service{RPC: config.RPC{GRPCPort: grpc, MembershipPort: membership, BindOnIP: host}}
+	}
+	frontendHostPort := net.JoinHostPort(host, strconv.Itoa(port))
+	return &config.Config{
+		Global: config.Global{
+			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: host},
+		},
+		Persistence: config.Persistence{
+			DefaultStore:     sqliteplugin.PluginName,
+			VisibilityStore:  sqliteplugin.PluginName,
+			NumHistoryShards: 1,
+			DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+		},
+		ClusterMetadata: &cluster.Config{
+			EnableGlobalNamespace:    false,
+			FailoverVersionIncrement: 10,
+			MasterClusterName:        "active",
+			CurrentClusterName:       "active",
+			ClusterInformation: map[string]cluster.ClusterInformation{
+				"active": {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendHostPort},
+			},
+		},
+		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
+		Services: map[string]config.Service{
+			string(primitives.FrontendService): svc(port, ports[0]),
+			string(primitives.HistoryService):  svc(ports[1], ports[2]),
+			string(primitives.MatchingService): svc(ports[3], ports[4]),
+			string(primitives.WorkerService):   svc(ports[5], ports[6]),
+		},
+		Archival: config.Archival{
+			History:    config.HistoryArchival{State: "disabled"},
+			Visibility: config.VisibilityArchival{State: "disabled"},
+		},
+		NamespaceDefaults: config.NamespaceDefaults{
+			Archival: config.ArchivalNamespaceDefaults{
+				History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
+				Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
+			},
+		},
+		PublicClient: config.PublicClient{HostPort: frontendHostPort},
+	}, nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not a number from 0 to 65535", p)
+	}
+	return cmp.Or(host, "127.0.0.1"), port, nil
+}
+
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("devserver: find a free port on %s: %w", host, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func portFree(host string, port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// quietLogger drops the SDK client's log lines while waiting for readiness.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
