@@ -1,0 +1,180 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/worker"
+)
+
+// Roles says which components a process runs.
+type Roles struct {
+	Poller bool
+	Worker bool
+}
+
+// Options returns the fx options of a Ferry process with the given roles.
+func Options(cfg Config, roles Roles, logger *slog.Logger) fx.Option {
+	opts := []fx.Option{
+		fx.Supply(cfg, logger),
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		fx.Provide(NewPool, NewTemporalClient),
+	}
+	if roles.Worker {
+		opts = append(opts,
+			fx.Provide(NewPublisher, newActivities, workerConfig),
+			worker.Module,
+		)
+	}
+	if roles.Poller {
+		opts = append(opts, fx.Provide(pollerConfig), poller.Module)
+	}
+	return fx.Options(opts...)
+}
+
+// RootCause strips fx's and dig's wrapping from a start-up error, leaving
+// the message a person can act on.
+func RootCause(err error) error {
+	return dig.RootCause(err)
+}
+
+// NewPool opens and pings the PostgreSQL pool; fx closes it on stop.
+func NewPool(lc fx.Lifecycle, cfg Config) (*pgxpool.Pool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+	defer cancel()
+	pool, err := OpenPool(ctx, cfg.PostgresURL)
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StopHook(pool.Close))
+	return pool, nil
+}
+
+// OpenPool opens a pool and checks that PostgreSQL answers, with an error
+// that says what to do when it does not.
+func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors can echo the URL; never print a password.
+		return nil, fmt.Errorf("PostgreSQL URL %s is not valid (set --postgres-url or FERRY_POSTGRES_URL)", redactURL(url))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", redactURL(url), err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %s\n  Is it running? Set --postgres-url or FERRY_POSTGRES_URL to point elsewhere", redactURL(url), shortErr(err))
+	}
+	return pool, nil
+}
+
+// NewTemporalClient dials Temporal; fx closes the client on stop.
+func NewTemporalClient(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (client.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+	defer cancel()
+	c, err := DialTemporal(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StopHook(c.Close))
+	return c, nil
+}
+
+// DialTemporal dials the Temporal frontend and checks that it answers.
+func DialTemporal(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, error) {
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort:  cfg.TemporalAddress,
+		Namespace: cfg.Namespace,
+		Logger:    sdklog.NewStructuredLogger(sdkLogger(logger)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach Temporal at %s (namespace %q): %s\n  Is a Temporal server running there? `ferry dev` starts an embedded one; set --temporal-address or FERRY_TEMPORAL_ADDRESS to point elsewhere",
+			cfg.TemporalAddress, cfg.Namespace, shortErr(err))
+	}
+	return c, nil
+}
+
+// NewPublisher creates the RabbitMQ publisher and checks that the broker
+// answers; fx closes it on stop.
+func NewPublisher(lc fx.Lifecycle, cfg Config) (*broker.Publisher, error) {
+	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+	defer cancel()
+	if err := pub.Connect(ctx); err != nil {
+		return nil, fmt.Errorf("cannot reach RabbitMQ at %s: %s\n  Is it running? Set --amqp-url or FERRY_AMQP_URL to point elsewhere", broker.Redact(cfg.AMQPURL), shortErr(err))
+	}
+	lc.Append(fx.StopHook(pub.Close))
+	return pub, nil
+}
+
+func newActivities(pool *pgxpool.Pool, pub *broker.Publisher) (*activities.Activities, error) {
+	return activities.New(activities.Config{Pool: pool, Publisher: pub})
+}
+
+func workerConfig(cfg Config, c client.Client, acts *activities.Activities) worker.Config {
+	return worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue}
+}
+
+func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) poller.Config {
+	return poller.Config{
+		Pool:         pool,
+		Temporal:     c,
+		TaskQueue:    cfg.TaskQueue,
+		BatchSize:    cfg.BatchSize,
+		Lease:        cfg.Lease,
+		PollInterval: cfg.PollInterval,
+		IdleTimeout:  cfg.IdleTimeout,
+		Logger:       logger,
+	}
+}
+
+// sdkLogger keeps the Temporal SDK to warnings and errors: its info lines
+// (every worker start, every poll) bury what Ferry says.
+func sdkLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(minLevel{l.Handler(), slog.LevelWarn})
+}
+
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(a []slog.Attr) slog.Handler { return minLevel{h.Handler.WithAttrs(a), h.min} }
+func (h minLevel) WithGroup(n string) slog.Handler      { return minLevel{h.Handler.WithGroup(n), h.min} }
+
+func redactURL(raw string) string { return broker.Redact(raw) }
+
+// shortErr keeps the innermost, most specific part of a dial error.
+func shortErr(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i > 0 && len(s)-i < 120 && strings.Contains(s, "dial") {
+		return s[i+2:]
+	}
+	return s
+}

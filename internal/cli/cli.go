@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/fx"
+
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/schema"
+)
+
+// Main runs the ferry command with args (without the program name) and
+// returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "ferry: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type globals struct {
+	cfg      app.Config
+	logLevel string
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "ferry",
+		Short: "Transactional outbox that hands delivery to Temporal",
+		Long: `Ferry relays events committed to a PostgreSQL outbox table through one Temporal
+workflow per aggregate to RabbitMQ: at-least-once, in order per aggregate.
+
+Every flag can also be set by the environment variable shown with it.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	f := root.PersistentFlags()
+	f.StringVar(&g.cfg.PostgresURL, "postgres-url", env("FERRY_POSTGRES_URL", app.DefaultPostgresURL), "PostgreSQL URL (FERRY_POSTGRES_URL)")
+	f.StringVar(&g.cfg.AMQPURL, "amqp-url", env("FERRY_AMQP_URL", app.DefaultAMQPURL), "RabbitMQ URL (FERRY_AMQP_URL)")
+	f.StringVar(&g.cfg.TemporalAddress, "temporal-address", env("FERRY_TEMPORAL_ADDRESS", app.DefaultTemporalAddress), "Temporal frontend host:port (FERRY_TEMPORAL_ADDRESS)")
+	f.StringVar(&g.cfg.Namespace, "namespace", env("FERRY_TEMPORAL_NAMESPACE", "default"), "Temporal namespace (FERRY_TEMPORAL_NAMESPACE)")
+	f.StringVar(&g.cfg.TaskQueue, "task-queue", env("FERRY_TASK_QUEUE", "ferry"), "Temporal task queue of the aggregate workflows (FERRY_TASK_QUEUE)")
+	f.StringVar(&g.cfg.Exchange, "exchange", env("FERRY_EXCHANGE", "ferry.events"), "RabbitMQ topic exchange (FERRY_EXCHANGE)")
+	f.IntVar(&g.cfg.BatchSize, "batch-size", envInt("FERRY_BATCH_SIZE", 200), "rows per claim (FERRY_BATCH_SIZE)")
+	f.DurationVar(&g.cfg.Lease, "lease", envDuration("FERRY_LEASE", 30*time.Second), "lease of claimed rows (FERRY_LEASE)")
+	f.DurationVar(&g.cfg.PollInterval, "poll-interval", envDuration("FERRY_POLL_INTERVAL", time.Second), "fallback poll interval when no NOTIFY arrives (FERRY_POLL_INTERVAL)")
+	f.DurationVar(&g.cfg.IdleTimeout, "idle-timeout", envDuration("FERRY_IDLE_TIMEOUT", time.Minute), "an idle aggregate workflow completes after this (FERRY_IDLE_TIMEOUT)")
+	f.StringVar(&g.logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (FERRY_LOG_LEVEL)")
+
+	root.AddCommand(
+		migrateCmd(g),
+		serveCmd(g, "run", "Run the poller and the worker in one process", app.Roles{Poller: true, Worker: true}),
+		serveCmd(g, "poller", "Run only the poller (PostgreSQL → Temporal)", app.Roles{Poller: true}),
+		serveCmd(g, "worker", "Run only the worker (Temporal → RabbitMQ)", app.Roles{Worker: true}),
+		devCmd(g),
+	)
+	return root
+}
+
+func (g *globals) config() (app.Config, *slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return app.Config{}, nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", g.logLevel)
+	}
+	cfg, err := g.cfg.WithDefaults()
+	if err != nil {
+		return app.Config{}, nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+	return cfg, logger, nil
+}
+
+func migrateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade Ferry's tables (idempotent, safe to run concurrently)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := g.config()
+			if err != nil {
+				return err
+			}
+			return migrate(cmd.Context(), cfg, g.stdout)
+		},
+	}
+}
+
+func migrate(ctx context.Context, cfg app.Config, out io.Writer) error {
+	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	pool, err := app.OpenPool(cctx, cfg.PostgresURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	res, err := schema.Migrate(ctx, pool, func(m schema.Migration) {
+		fmt.Fprintf(out, "applying %04d_%s…\n", m.Version, m.Name)
+	})
+	if err != nil {
+		return err
+	}
+	if len(res.Applied) == 0 {
+		fmt.Fprintf(out, "schema is at version %d in %s: nothing to do\n", res.Current, broker.Redact(cfg.PostgresURL))
+	} else {
+		fmt.Fprintf(out, "schema is at version %d in %s: applied %d migration(s)\n", res.Current, broker.Redact(cfg.PostgresURL), len(res.Applied))
+	}
+	return nil
+}
+
+func serveCmd(g *globals, use, short string, roles app.Roles) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, logger, err := g.config()
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, roles, logger, g.stdout, nil)
+		},
+	}
+}
+
+// serve runs the fx app until ctx ends. started, when not nil, runs once
+// everything is up.
+func serve(ctx context.Context, cfg app.Config, roles app.Roles, logger *slog.Logger, out io.Writer, started func()) error {
+	a := fx.New(app.Options(cfg, roles, logger))
+	if err := a.Err(); err != nil {
+		return app.RootCause(err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 2*cfg.ConnectTimeout)
+	defer cancel()
+	if err := a.Start(startCtx); err != nil {
+		return app.RootCause(err)
+	}
+	fmt.Fprintf(out, "ferry: %s running: PostgreSQL %s → Temporal %s (namespace %s, task queue %s) → RabbitMQ %s (exchange %s). Ctrl-C stops.\n",
+		roleNames(roles), broker.Redact(cfg.PostgresURL), cfg.TemporalAddress, cfg.Namespace, cfg.TaskQueue, broker.Redact(cfg.AMQPURL), cfg.Exchange)
+	if started != nil {
+		started()
+	}
+	<-ctx.Done()
+	fmt.Fprintln(out, "ferry: stopping; in-flight work finishes or is retried later…")
+	// Detached: ctx is already cancelled, and stopping needs time of its own.
+	stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelStop()
+	if err := a.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	fmt.Fprintln(out, "ferry: stopped")
+	return nil
+}
+
+func roleNames(r app.Roles) string {
+	var names []string
+	if r.Poller {
+		names = append(names, "poller")
+	}
+	if r.Worker {
+		names = append(names, "worker")
+	}
+	return strings.Join(names, " and ")
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	v := env(name, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferry: %s=%q is not a whole number; using %d\n", name, v, def)
+		return def
+	}
+	return n
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	v := env(name, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferry: %s=%q is not a duration such as 500ms or 30s; using %s\n", name, v, def)
+		return def
+	}
+	return d
+}
+

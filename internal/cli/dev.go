@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-outbox/ferry/devserver"
+	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/internal/demo"
+	"github.com/ferry-outbox/ferry/outbox"
+)
+
+func devCmd(g *globals) *cobra.Command {
+	var (
+		dataDir   string
+		uiAddress string
+		every     time.Duration
+		noDemo    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Embedded Temporal server and UI, migrations, poller, worker and a demo producer",
+		Long: `Starts everything Ferry needs on one machine besides PostgreSQL and RabbitMQ:
+an embedded Temporal server (SQLite under --data-dir) on --temporal-address,
+the Temporal UI on --ui-address, then migrates PostgreSQL, runs the poller and
+the worker, and (unless --no-demo) a producer that commits demo orders with
+their outbox events, and a tail that prints what reaches RabbitMQ.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, logger, err := g.config()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			out := g.stdout
+
+			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.TemporalAddress, dataDir)
+			srv, err := devserver.Start(ctx, devserver.Config{
+				DatabasePath: filepath.Join(dataDir, "temporal.db"),
+				Address:      cfg.TemporalAddress,
+				UIAddress:    uiAddress,
+				Namespace:    cfg.Namespace,
+				LogFile:      filepath.Join(dataDir, "temporal-server.log"),
+			})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				fmt.Fprintln(out, "ferry dev: stopping embedded Temporal server…")
+				_ = srv.Stop()
+			}()
+			cfg.TemporalAddress = srv.FrontendAddress()
+
+			if err := migrate(ctx, cfg, out); err != nil {
+				return err
+			}
+
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			demoCtx, stopDemo := context.WithCancel(ctx)
+			defer stopDemo()
+
+			started := func() {
+				fmt.Fprintf(out, "\n  Temporal UI:  %s/namespaces/%s/workflows\n", srv.UIURL(), cfg.Namespace)
+				fmt.Fprintf(out, "  Temporal:     %s (namespace %s)\n", srv.FrontendAddress(), cfg.Namespace)
+				if noDemo {
+					fmt.Fprintln(out, "  Demo:         off; insert rows into outbox_events to see them flow")
+					return
+				}
+				fmt.Fprintf(out, "  Demo:         an order every %s; queue %q prints what RabbitMQ receives\n\n", every, "ferry.demo")
+				cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+				defer cancel()
+				pool, err := app.OpenPool(cctx, cfg.PostgresURL)
+				if err != nil {
+					fmt.Fprintf(out, "ferry dev: demo producer off: %v\n", err)
+					return
+				}
+				writer, _ := outbox.NewWriter(outbox.Config{})
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					_ = demo.Tail(demoCtx, cfg.AMQPURL, cfg.Exchange, "ferry.demo", out)
+				}()
+				go func() {
+					defer wg.Done()
+					defer pool.Close()
+					if err := (&demo.Producer{Pool: pool, Writer: writer, Out: out, Every: every}).Run(demoCtx); err != nil {
+						fmt.Fprintf(out, "ferry dev: demo producer stopped: %v\n", err)
+					}
+				}()
+			}
+			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", env("FERRY_DEV_DATA_DIR", ".ferry"), "folder for the embedded server's SQLite file (FERRY_DEV_DATA_DIR)")
+	f.StringVar(&uiAddress, "ui-address", env("FERRY_DEV_UI_ADDRESS", "127.0.0.1:8233"), "host:port of the Temporal UI; empty disables it (FERRY_DEV_UI_ADDRESS)")
+	f.DurationVar(&every, "demo-every", envDuration("FERRY_DEV_DEMO_EVERY", time.Second), "pause between demo transactions")
+	f.BoolVar(&noDemo, "no-demo", false, "run without the demo producer and tail")
+	return cmd
+}

@@ -1,0 +1,163 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/outbox"
+)
+
+const sqlCreateOrders = `CREATE TABLE IF NOT EXISTS demo_orders (
+    id          uuid        PRIMARY KEY,
+    customer    text        NOT NULL,
+    total_cents integer     NOT NULL,
+    status      text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+)`
+
+// Producer writes demo orders and their events.
+type Producer struct {
+	Pool   *pgxpool.Pool
+	Writer *outbox.Writer
+	Out    io.Writer
+	// Every is the pause between transactions.
+	Every time.Duration
+}
+
+// Run writes until ctx ends: mostly new orders (order.created), sometimes a
+// payment of an earlier order (order.paid), each with its business row
+// change in the same transaction.
+func (p *Producer) Run(ctx context.Context) error {
+	if _, err := p.Pool.Exec(ctx, sqlCreateOrders); err != nil {
+		return fmt.Errorf("create demo_orders: %w", err)
+	}
+	var unpaid []uuid.UUID
+	t := time.NewTicker(p.Every)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		var err error
+		if len(unpaid) > 0 && rand.IntN(3) == 0 {
+			id := unpaid[0]
+			unpaid = unpaid[1:]
+			err = p.pay(ctx, id)
+		} else {
+			var id uuid.UUID
+			id, err = p.create(ctx, n)
+			if err == nil {
+				unpaid = append(unpaid, id)
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintf(p.Out, "demo producer: %v (retrying)\n", err)
+		}
+	}
+}
+
+func (p *Producer) create(ctx context.Context, n int) (uuid.UUID, error) {
+	id, _ := uuid.NewV7()
+	customer := "customer-" + strconv.Itoa(1+rand.IntN(20))
+	total := 500 + rand.IntN(20000)
+	var w outbox.Written
+	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO demo_orders (id, customer, total_cents, status) VALUES ($1, $2, $3, 'created')`, id, customer, total); err != nil {
+			return err
+		}
+		payload, _ := json.Marshal(map[string]any{"order_id": id, "customer": customer, "total_cents": total})
+		var err error
+		w, err = p.Writer.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: id.String(), EventType: "created", Payload: payload})
+		return err
+	})
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("create order: %w", err)
+	}
+	fmt.Fprintf(p.Out, "→ committed  order %s  created  v%d  event %s\n", short(id.String()), w.AggregateVersion, short(w.ID.String()))
+	return id, nil
+}
+
+func (p *Producer) pay(ctx context.Context, id uuid.UUID) error {
+	var w outbox.Written
+	err := pgx.BeginFunc(ctx, p.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE demo_orders SET status = 'paid' WHERE id = $1`, id); err != nil {
+			return err
+		}
+		var err error
+		w, err = p.Writer.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: id.String(), EventType: "paid", Payload: json.RawMessage(`{"order_id":"` + id.String() + `"}`)})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pay order: %w", err)
+	}
+	fmt.Fprintf(p.Out, "→ committed  order %s  paid     v%d  event %s\n", short(id.String()), w.AggregateVersion, short(w.ID.String()))
+	return nil
+}
+
+// Tail declares queue (bound to every routing key of exchange) and prints
+// each message until ctx ends. It redials when the broker goes away.
+func Tail(ctx context.Context, amqpURL, exchange, queue string, out io.Writer) error {
+	for ctx.Err() == nil {
+		err := tailOnce(ctx, amqpURL, exchange, queue, out)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fmt.Fprintf(out, "demo tail: %v (reconnecting in 2s)\n", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return nil
+}
+
+func tailOnce(ctx context.Context, amqpURL, exchange, queue string, out io.Writer) error {
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		return err
+	}
+	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+		return err
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, queue, "", true, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	for d := range deliveries {
+		fmt.Fprintf(out, "← delivered  %s %s  %-8s v%v  message-id %s\n",
+			d.Headers[activities.HeaderAggregateType], short(fmt.Sprint(d.Headers[activities.HeaderAggregateID])),
+			d.Type, d.Headers[activities.HeaderAggregateVersion], short(d.MessageId))
+	}
+	return fmt.Errorf("delivery channel closed")
+}
+
+func short(s string) string {
+	if len(s) > 13 {
+		return "…" + s[len(s)-12:]
+	}
+	return s
+}
