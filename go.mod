@@ -7,6 +7,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/spf13/cobra v1.10.2
+	github.com/stretchr/testify v1.12.1
 	github.com/temporalio/ui-server/v2 v2.55.0
 	go.opentelemetry.io/otel v1.44.0
 	go.temporal.io/api v1.63.5
@@ -14,6 +15,7 @@ require (
 	go.temporal.io/server v1.32.1
 	go.uber.org/dig v1.19.0
 	go.uber.org/fx v1.24.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -155,7 +157,6 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/spiffe/go-spiffe/v2 v2.7.0 // indirect
 	github.com/stretchr/objx v0.5.3 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/temporalio/ringpop-go v0.1.0 // indirect
 	github.com/temporalio/sqlparser v0.1.0 // indirect
 	github.com/temporalio/tchannel-go v1.22.1 // indirect
