@@ -1,0 +1,56 @@
+# Ferry's single entry point. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO            ?= go
+BIN           := bin
+TOOLS         := $(BIN)/tools
+# Pinned tool versions: bump deliberately, never @latest.
+WORKFLOWCHECK_VERSION := v0.6.0
+
+# Packages that link the embedded Temporal server run without -race: each
+# such test binary is ~200 MB, and -race makes it several times slower.
+SERVER_PKGS := ./e2e/...
+UNIT_PKGS    = $(shell $(GO) list ./... | grep -v -e /e2e)
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: build ## Run Ferry on the embedded Temporal server with the UI and a demo producer
+	@echo "Temporal UI will be at http://127.0.0.1:8233 — Ctrl-C stops everything."
+	./$(BIN)/ferry dev
+
+.PHONY: build
+build: ## Build bin/ferry (the first build compiles the Temporal server: 5-20 minutes)
+	@mkdir -p $(BIN)
+	@test -x $(BIN)/ferry || echo "building bin/ferry; the first build compiles the Temporal server and takes several minutes…"
+	$(GO) build -o $(BIN)/ferry ./cmd/ferry
+
+.PHONY: test
+test: ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
+	$(GO) vet ./...
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+	$(GO) test -count=1 -timeout 30m $(SERVER_PKGS)
+
+.PHONY: check
+check: lint test ## lint + test (what CI runs)
+
+.PHONY: lint
+lint: $(TOOLS)/workflowcheck ## gofmt, go vet, workflowcheck
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOLS)/workflowcheck ./workflows/...
+
+$(TOOLS)/workflowcheck:
+	@mkdir -p $(TOOLS)
+	GOBIN=$(abspath $(TOOLS)) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+.PHONY: migrate
+migrate: build ## Apply Ferry's migrations to FERRY_POSTGRES_URL (default: local postgres)
+	./$(BIN)/ferry migrate
+
+.PHONY: clean
+clean: ## Remove build outputs and the dev server's state (.ferry)
+	rm -rf $(BIN) .ferry
