@@ -13,8 +13,10 @@ import (
 // retried without limit: an event of an aggregate must not be skipped, and
 // later events of the same aggregate wait for it. Operators see the retries
 // (attempt count, last failure) on the pending activity in the Temporal UI.
+// StartToCloseTimeout is also how long an attempt on a worker that died waits
+// before it is retried: one publish and two short statements fit well in 10s.
 var publishOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: 30 * time.Second,
+	StartToCloseTimeout: 10 * time.Second,
 	RetryPolicy: &temporal.RetryPolicy{
 		InitialInterval:    time.Second,
 		BackoffCoefficient: 2,
