@@ -86,6 +86,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ConnectAttributes: map[string]string{},
 	}
 	if cfg.DatabasePath == "" {
+		// The SQLite plugin creates the schema of an in-memory database itself.
 		sqlCfg.ConnectAttributes["mode"] = "memory"
 		sqlCfg.ConnectAttributes["cache"] = "shared"
 		sqlCfg.DatabaseName = "ferry-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -103,11 +104,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
 				return nil, fmt.Errorf("devserver: set up SQLite schema in %s: %w", cfg.DatabasePath, err)
 			}
-		}
-	}
-	if cfg.DatabasePath == "" {
-		if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
-			return nil, fmt.Errorf("devserver: set up in-memory schema: %w", err)
 		}
 	}
 

@@ -1,0 +1,288 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/worker"
+)
+
+// env is one test's world: its own schema, exchange, queue, task queue and
+// aggregate type (workflow IDs embed the aggregate type, so tests sharing
+// the embedded server never signal each other's workflows).
+type env struct {
+	db        *testenv.DB
+	br        *testenv.Broker
+	taskQueue string
+	aggType   string
+	writer    *outbox.Writer
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	db := testenv.Postgres(t)
+	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, note text NOT NULL)`)
+	require.NoError(t, err)
+	w, err := outbox.NewWriter(outbox.Config{})
+	require.NoError(t, err)
+	return &env{
+		db:        db,
+		br:        testenv.RabbitMQ(t),
+		taskQueue: testenv.Name("tq"),
+		aggType:   testenv.Name("order"),
+		writer:    w,
+	}
+}
+
+type ferryOpts struct {
+	amqpURL string // default: the test broker
+	pollers int    // default 1
+	lease   time.Duration
+}
+
+// startFerry runs pollers and a worker in this process until the test ends.
+func (e *env) startFerry(t *testing.T, o ferryOpts) {
+	t.Helper()
+	ctx := context.Background()
+	if o.amqpURL == "" {
+		o.amqpURL = e.br.URL
+	}
+	pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Publisher: pub})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	for i := range max(o.pollers, 1) {
+		p, err := poller.New(poller.Config{
+			Pool:         e.db.Pool,
+			Temporal:     tclient,
+			TaskQueue:    e.taskQueue,
+			Name:         fmt.Sprintf("poller-%d", i),
+			PollInterval: 200 * time.Millisecond,
+			Lease:        o.lease,
+			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		require.NoError(t, err)
+		require.NoError(t, p.Start(ctx))
+		t.Cleanup(p.Stop)
+	}
+}
+
+// commit writes one business row and its event in one transaction and
+// commits (or rolls back). It returns the event id.
+func (e *env) commit(ctx context.Context, aggID string, rollback bool) (string, error) {
+	id := uuid.Must(uuid.NewV7())
+	tx, err := e.db.Pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO orders (id, note) VALUES ($1, $2)`, id.String(), aggID); err != nil {
+		return "", err
+	}
+	payload, _ := json.Marshal(map[string]string{"order": id.String()})
+	if _, err := e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: e.aggType, AggregateID: aggID, EventType: "changed", Payload: payload}); err != nil {
+		return "", err
+	}
+	if rollback {
+		return id.String(), tx.Rollback(ctx)
+	}
+	return id.String(), tx.Commit(ctx)
+}
+
+// delivery is one message as a consumer saw it.
+type delivery struct {
+	id      string
+	aggID   string
+	version int64
+}
+
+func parse(t *testing.T, d amqp.Delivery) delivery {
+	t.Helper()
+	v, ok := d.Headers[activities.HeaderAggregateVersion].(int64)
+	require.True(t, ok, "header %s missing or not int64: %#v", activities.HeaderAggregateVersion, d.Headers)
+	aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
+	return delivery{id: d.MessageId, aggID: aggID, version: v}
+}
+
+// ledger accounts for deliveries the way a consumer with an inbox would:
+// first sight of a message id counts, later ones are duplicates.
+type ledger struct {
+	mu         sync.Mutex
+	seen       map[string]bool
+	order      map[string][]int64 // per aggregate, versions in first-delivery order
+	duplicates int
+}
+
+func newLedger() *ledger { return &ledger{seen: map[string]bool{}, order: map[string][]int64{}} }
+
+func (l *ledger) add(d delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen[d.id] {
+		l.duplicates++
+		return
+	}
+	l.seen[d.id] = true
+	l.order[d.aggID] = append(l.order[d.aggID], d.version)
+}
+
+func (l *ledger) unique() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.seen)
+}
+
+// requireInOrder checks that every aggregate's first deliveries came as
+// versions 1, 2, 3… with none missing.
+func (l *ledger) requireInOrder(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for agg, versions := range l.order {
+		for i, v := range versions {
+			require.Equal(t, int64(i+1), v, "aggregate %s: delivery %d has version %d (all: %v)", agg, i, v, versions)
+		}
+	}
+}
+
+// consume reads the test queue into the ledger until ctx ends, on a
+// connection of its own. Stop it (cancel ctx, Wait) before the test ends.
+func (e *env) consume(t *testing.T, ctx context.Context, l *ledger) *sync.WaitGroup {
+	t.Helper()
+	conn, err := amqp.Dial(e.br.URL)
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Qos(500, 0, false))
+	deliveries, err := ch.ConsumeWithContext(ctx, e.br.Queue, "", false, false, false, false, nil)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer conn.Close()
+		for d := range deliveries {
+			v, _ := d.Headers[activities.HeaderAggregateVersion].(int64)
+			aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
+			l.add(delivery{id: d.MessageId, aggID: aggID, version: v})
+			_ = d.Ack(false)
+		}
+	}()
+	return &wg
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.db.Pool.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+// child is `ferry run` in a process of its own.
+type child struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+func (e *env) startChild(t *testing.T) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "run")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(),
+		childEnv+"=1",
+		"FERRY_POSTGRES_URL="+e.db.URL,
+		"FERRY_AMQP_URL="+e.br.URL,
+		"FERRY_TEMPORAL_ADDRESS="+temporalAddr,
+		"FERRY_TEMPORAL_NAMESPACE="+namespace,
+		"FERRY_TASK_QUEUE="+e.taskQueue,
+		"FERRY_EXCHANGE="+e.br.Exchange,
+		"FERRY_POLL_INTERVAL=200ms",
+		"FERRY_LEASE=12s",
+		"FERRY_LOG_LEVEL=warn",
+	)
+	require.NoError(t, cmd.Start())
+	c := &child{cmd: cmd, out: out}
+	t.Cleanup(func() {
+		c.kill()
+		if t.Failed() {
+			t.Logf("output of ferry run (pid %d):\n%s", cmd.Process.Pid, out.String())
+		}
+	})
+	return c
+}
+
+func (c *child) kill() {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	_ = c.cmd.Wait()
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func aggID(i int) string { return "agg-" + strconv.Itoa(i) }
+

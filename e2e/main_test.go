@@ -1,0 +1,60 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/devserver"
+	"github.com/ferry-outbox/ferry/internal/cli"
+)
+
+// childEnv marks a re-executed test binary that runs the ferry command
+// instead of tests: the kill test needs Ferry in a process of its own, and
+// this binary already contains it.
+const childEnv = "FERRY_E2E_CHILD"
+
+var (
+	temporalAddr string
+	namespace    string
+	tclient      client.Client
+)
+
+// No goleak here: the embedded Temporal server runs in this process and
+// keeps goroutines of its own until the process exits.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, devserver.Config{Address: "127.0.0.1:0"})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: start embedded Temporal server: %v\n", err)
+		return 1
+	}
+	defer srv.Stop()
+	temporalAddr, namespace = srv.FrontendAddress(), srv.Namespace()
+	tclient, err = client.DialContext(ctx, client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: quiet{}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: dial embedded Temporal server: %v\n", err)
+		return 1
+	}
+	defer tclient.Close()
+	return m.Run()
+}
+
+type quiet struct{}
+
+func (quiet) Debug(string, ...any) {}
+func (quiet) Info(string, ...any)  {}
+func (quiet) Warn(string, ...any)  {}
+func (quiet) Error(string, ...any) {}
