@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -275,14 +274,4 @@ func (b *syncBuffer) String() string {
 	return string(b.buf)
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func aggID(i int) string { return "agg-" + strconv.Itoa(i) }
-
