@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
@@ -50,6 +51,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := sdkworker.New(cfg.Temporal, cfg.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
+		// Stop lets running publishes finish (one takes well under a
+		// second); anything still running after this is retried by Temporal.
+		WorkerStopTimeout: 10 * time.Second,
 		// A workflow that panics or meets non-determinism after a deploy
 		// stays blocked (and visible) instead of failing: fix the code,
 		// redeploy, and it carries on.
