@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
@@ -54,9 +56,11 @@ func setup(t *testing.T) *env {
 }
 
 type ferryOpts struct {
-	amqpURL string // default: the test broker
-	pollers int    // default 1
-	lease   time.Duration
+	amqpURL  string        // default: the test broker
+	pollers  int           // default 1
+	lease    time.Duration // default: the poller's
+	pool     *pgxpool.Pool // default: the test schema's pool
+	temporal client.Client // the pollers' client; default: the shared one
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -66,10 +70,16 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	if o.amqpURL == "" {
 		o.amqpURL = e.br.URL
 	}
+	if o.pool == nil {
+		o.pool = e.db.Pool
+	}
+	if o.temporal == nil {
+		o.temporal = tclient
+	}
 	pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Publisher: pub})
+	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue})
 	require.NoError(t, err)
@@ -77,8 +87,8 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	t.Cleanup(w.Stop)
 	for i := range max(o.pollers, 1) {
 		p, err := poller.New(poller.Config{
-			Pool:         e.db.Pool,
-			Temporal:     tclient,
+			Pool:         o.pool,
+			Temporal:     o.temporal,
 			TaskQueue:    e.taskQueue,
 			Name:         fmt.Sprintf("poller-%d", i),
 			PollInterval: 200 * time.Millisecond,

@@ -73,6 +73,20 @@ type Poller struct {
 
 // New validates cfg and fills its defaults.
 func New(cfg Config) (*Poller, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Pool == nil {
+		return nil, errors.New("poller: Config.Pool is nil")
+	}
+	if cfg.Temporal == nil {
+		return nil, errors.New("poller: Config.Temporal is nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1)}, nil
+}
+
+func (cfg Config) withDefaults() Config {
 	host, _ := os.Hostname()
 	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, "ferry")
 	cfg.Name = cmp.Or(cfg.Name, fmt.Sprintf("%s-%d", cmp.Or(host, "poller"), os.Getpid()))
@@ -84,25 +98,29 @@ func New(cfg Config) (*Poller, error) {
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return cfg
+}
+
+// Validate checks the settings (zero fields count as their defaults) but
+// not the dependencies, so a command can reject bad flags before it dials
+// anything.
+func (cfg Config) Validate() error {
+	cfg = cfg.withDefaults()
 	switch {
-	case cfg.Pool == nil:
-		return nil, errors.New("poller: Config.Pool is nil")
-	case cfg.Temporal == nil:
-		return nil, errors.New("poller: Config.Temporal is nil")
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
-		return nil, fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
+		return fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
 	case cfg.Concurrency < 1:
-		return nil, fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
+		return fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
 	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout:
 		// dispatch ends every signal of a batch by Lease - MarkTimeout after
 		// the claim, so the mark lands inside the lease; this leaves room
 		// for at least one full signal.
-		return nil, fmt.Errorf("poller: Config.Lease %s must exceed SignalTimeout %s + MarkTimeout %s",
+		return fmt.Errorf("poller: Config.Lease %s must exceed SignalTimeout %s + MarkTimeout %s",
 			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
 	case cfg.PollInterval < 10*time.Millisecond:
-		return nil, fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
+		return fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
 	}
-	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1)}, nil
+	return nil
 }
 
 // Start starts the loop and the listener and returns at once.

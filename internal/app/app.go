@@ -174,7 +174,7 @@ func shortErr(err error) string {
 	}
 	s := err.Error()
 	if i := strings.LastIndex(s, ": "); i > 0 && len(s)-i < 120 && strings.Contains(s, "dial") {
-		return s[i+2:]
+		s = s[i+2:]
 	}
-	return s
+	return strings.Trim(s, `"`)
 }

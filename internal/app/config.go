@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/ferry-outbox/ferry/poller"
 )
 
 // Config is everything a Ferry process needs. The CLI fills it from flags
@@ -61,6 +63,10 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.BatchSize < 1 {
 		return c, errors.New("batch size must be at least 1")
+	}
+	// The poller's own checks, before anything is dialled.
+	if err := (poller.Config{BatchSize: c.BatchSize, Lease: c.Lease, PollInterval: c.PollInterval}).Validate(); err != nil {
+		return c, err
 	}
 	return c, nil
 }

@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferry-outbox/ferry/internal/testenv"
+)
+
+// ferry runs the ferry command in a child process and returns its exit code
+// and combined output.
+func ferry(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
+	out, err := cmd.CombinedOutput()
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		return exitErr.ExitCode(), string(out)
+	}
+	require.NoError(t, err, "run ferry %v", args)
+	return 0, string(out)
+}
+
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// What a tired operator sees: one line that says what is unreachable and
+// what to set, no stack trace, no password.
+func TestCommandsExplainUnreachableServices(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	dead := closedPort(t)
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{
+			name: "migrate without PostgreSQL",
+			env:  []string{"FERRY_POSTGRES_URL=postgres://ferry:topsecret@" + dead + "/db"},
+			args: []string{"migrate"},
+			want: []string{"cannot reach PostgreSQL at postgres://ferry:xxxxx@" + dead, "FERRY_POSTGRES_URL"},
+		},
+		{
+			name: "run without RabbitMQ",
+			env: []string{"FERRY_POSTGRES_URL=" + db.URL, "FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace,
+				"FERRY_AMQP_URL=amqp://guest:topsecret@" + dead + "/"},
+			args: []string{"run"},
+			want: []string{"cannot reach RabbitMQ at amqp://guest:xxxxx@" + dead, "FERRY_AMQP_URL"},
+		},
+		{
+			name: "run without Temporal",
+			env:  []string{"FERRY_POSTGRES_URL=" + db.URL, "FERRY_TEMPORAL_ADDRESS=" + dead},
+			args: []string{"run", "--log-level", "error"},
+			want: []string{"cannot reach Temporal at " + dead, "FERRY_TEMPORAL_ADDRESS"},
+		},
+		{
+			name: "lease too short",
+			env:  []string{"FERRY_POSTGRES_URL=" + db.URL, "FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace},
+			args: []string{"poller", "--lease", "3s"},
+			want: []string{"Lease 3s must exceed SignalTimeout"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, out := ferry(t, tc.env, tc.args...)
+			require.Equal(t, 1, code, "exit code; output:\n%s", out)
+			for _, w := range tc.want {
+				require.Contains(t, out, w)
+			}
+			require.NotContains(t, out, "topsecret")
+			require.NotContains(t, out, "goroutine ")
+			require.NotContains(t, out, "panic")
+			require.LessOrEqual(t, strings.Count(strings.TrimSpace(out), "\n"), 3, "short output:\n%s", out)
+		})
+	}
+}
+
+func TestMigrateReportsWhatItDid(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t) // already migrated
+	code, out := ferry(t, []string{"FERRY_POSTGRES_URL=" + db.URL}, "migrate")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "schema is at version 1")
+	require.Contains(t, out, "nothing to do")
+}

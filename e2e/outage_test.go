@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/internal/testenv"
+)
+
+// Temporal unreachable for the poller: rows stay pending (with the failure
+// recorded and attempts counted) and flow once Temporal is back.
+func TestTemporalOutageKeepsRows(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	proxy := testenv.NewProxy(t, temporalAddr)
+	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: quiet{}})
+	require.NoError(t, err)
+	t.Cleanup(pc.Close)
+	e.startFerry(t, ferryOpts{temporal: pc})
+	ctx := context.Background()
+
+	proxy.Pause()
+	ids := map[string]bool{}
+	for i := range 12 {
+		id, err := e.commit(ctx, aggID(i%4), false)
+		require.NoError(t, err)
+		ids[id] = true
+	}
+	waitFor(t, 30*time.Second, "a failed signal recorded on the rows", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending' AND attempts > 0 AND last_error LIKE '%signal-with-start%'`) > 0
+	})
+	require.Zero(t, e.count(t, `SELECT count(*) FROM outbox_events WHERE status <> 'pending'`), "nothing leaves pending while Temporal is away")
+	proxy.Resume()
+
+	msgs := e.br.Collect(t, 12, 90*time.Second)
+	l := newLedger()
+	for _, m := range msgs {
+		require.True(t, ids[m.MessageId])
+		l.add(parse(t, m))
+	}
+	require.Equal(t, 12, l.unique())
+	l.requireInOrder(t)
+}
+
+// PostgreSQL unreachable for Ferry (its pool and LISTEN connection go
+// through a proxy that is paused; producers keep committing directly):
+// Ferry backs off, reconnects, and delivers everything.
+func TestPostgresOutageLosesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	proxy := testenv.NewProxy(t, "127.0.0.1:5432")
+	url := testenv.WithSearchPath("postgres://postgres@"+proxy.Addr()+"/test", e.db.Schema)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	e.startFerry(t, ferryOpts{pool: pool})
+	ctx := context.Background()
+
+	_, err = e.commit(ctx, "warm", false)
+	require.NoError(t, err)
+	require.Len(t, e.br.Collect(t, 1, 60*time.Second), 1)
+
+	proxy.Pause()
+	ids := map[string]bool{}
+	for i := range 12 {
+		id, err := e.commit(ctx, aggID(i%4), false)
+		require.NoError(t, err)
+		ids[id] = true
+	}
+	time.Sleep(2 * time.Second) // an outage of a few poll intervals and retries
+	require.Equal(t, 12, e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending'`))
+	proxy.Resume()
+
+	l := newLedger()
+	deadline := time.Now().Add(90 * time.Second)
+	for l.unique() < 12 && time.Now().Before(deadline) {
+		if d, ok := e.br.Get(t, time.Second); ok {
+			require.True(t, ids[d.MessageId])
+			l.add(parse(t, d))
+		}
+	}
+	require.Equal(t, 12, l.unique())
+	l.requireInOrder(t)
+}
