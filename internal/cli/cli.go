@@ -215,4 +215,3 @@ func envDuration(name string, def time.Duration) time.Duration {
 	}
 	return d
 }
-
