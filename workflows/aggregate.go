@@ -81,10 +81,12 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 			}
 			st.done(ev)
 			st.drain(signals)
+			if historyFull(ctx, maxHistory) {
+				break
+			}
 		}
 
-		info := workflow.GetInfo(ctx)
-		if info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= maxHistory {
+		if historyFull(ctx, maxHistory) {
 			st.drain(signals)
 			logger.Info("continuing as new", "delivered", st.delivered, "pending", len(st.pending))
 			return workflow.NewContinueAsNewError(ctx, AggregateWorkflowName, AggregateInput{
@@ -129,6 +131,13 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 			}
 		}
 	}
+}
+
+// historyFull says it is time to continue-as-new: checked after every
+// event, so a hot aggregate whose events keep coming still rolls over.
+func historyFull(ctx workflow.Context, maxHistory int) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= maxHistory
 }
 
 // aggregateState is the workflow's durable state, rebuilt by replay.
