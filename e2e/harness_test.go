@@ -61,6 +61,9 @@ type ferryOpts struct {
 	lease    time.Duration // default: the poller's
 	pool     *pgxpool.Pool // default: the test schema's pool
 	temporal client.Client // the pollers' client; default: the shared one
+	// Passed to new aggregate workflows; zero: the workflow's defaults.
+	idleTimeout time.Duration
+	maxHistory  int
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -87,13 +90,15 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	t.Cleanup(w.Stop)
 	for i := range max(o.pollers, 1) {
 		p, err := poller.New(poller.Config{
-			Pool:         o.pool,
-			Temporal:     o.temporal,
-			TaskQueue:    e.taskQueue,
-			Name:         fmt.Sprintf("poller-%d", i),
-			PollInterval: 200 * time.Millisecond,
-			Lease:        o.lease,
-			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Pool:             o.pool,
+			Temporal:         o.temporal,
+			TaskQueue:        e.taskQueue,
+			Name:             fmt.Sprintf("poller-%d", i),
+			PollInterval:     200 * time.Millisecond,
+			Lease:            o.lease,
+			IdleTimeout:      o.idleTimeout,
+			MaxHistoryEvents: o.maxHistory,
+			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		require.NoError(t, err)
 		require.NoError(t, p.Start(ctx))

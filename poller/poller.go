@@ -56,6 +56,9 @@ type Config struct {
 	// IdleTimeout is passed to new aggregate workflows. Zero: the
 	// workflow's default.
 	IdleTimeout time.Duration
+	// MaxHistoryEvents is passed to new aggregate workflows: they
+	// continue-as-new at this history length. Zero: the workflow's default.
+	MaxHistoryEvents int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -354,7 +357,12 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) error {
 		workflows.EventsSignalArg{Events: g.events},
 		client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
 		workflows.AggregateWorkflowName,
-		workflows.AggregateInput{AggregateType: g.aggType, AggregateID: g.aggID, IdleTimeout: p.cfg.IdleTimeout},
+		workflows.AggregateInput{
+			AggregateType:    g.aggType,
+			AggregateID:      g.aggID,
+			IdleTimeout:      p.cfg.IdleTimeout,
+			MaxHistoryEvents: p.cfg.MaxHistoryEvents,
+		},
 	)
 	if err != nil {
 		return fmt.Errorf("signal-with-start %s: %w", id, err)
