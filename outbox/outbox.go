@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -30,7 +32,8 @@ type Event struct {
 	// AggregateType names the kind of entity, e.g. "order". Letters, digits,
 	// '_', '.', '-'; at most 100 bytes. Part of the routing key.
 	AggregateType string
-	// AggregateID identifies the entity within its type; at most 200 bytes.
+	// AggregateID identifies the entity within its type: UTF-8 without NUL
+	// (PostgreSQL text cannot hold it), at most 200 bytes.
 	// It becomes part of a Temporal workflow ID: never put personal data here.
 	AggregateID string
 	// AggregateVersion is the event's position within its aggregate, 1, 2, 3…
@@ -41,7 +44,8 @@ type Event struct {
 	// EventType names what happened, e.g. "created". Same characters as
 	// AggregateType.
 	EventType string
-	// SchemaVersion of the payload's shape. Zero means 1.
+	// SchemaVersion of the payload's shape, at most math.MaxInt32 (the
+	// column is an integer). Zero means 1.
 	SchemaVersion int
 	// Payload is a JSON document.
 	Payload json.RawMessage
@@ -119,16 +123,16 @@ func (w *Writer) Validate(ev Event) error {
 		return bad("AggregateType", "%q: use 1-100 letters, digits, '_', '.' or '-'", ev.AggregateType)
 	case ev.AggregateID == "":
 		return bad("AggregateID", "is empty")
-	case len(ev.AggregateID) > 200 || !utf8.ValidString(ev.AggregateID):
-		return bad("AggregateID", "must be valid UTF-8 of at most 200 bytes")
+	case len(ev.AggregateID) > 200 || !utf8.ValidString(ev.AggregateID) || strings.ContainsRune(ev.AggregateID, 0):
+		return bad("AggregateID", "must be valid UTF-8 without NUL, of at most 200 bytes")
 	case ev.EventType == "":
 		return bad("EventType", "is empty")
 	case !namePattern.MatchString(ev.EventType):
 		return bad("EventType", "%q: use 1-100 letters, digits, '_', '.' or '-'", ev.EventType)
 	case ev.AggregateVersion < 0:
 		return bad("AggregateVersion", "%d: must be 0 (assign) or at least 1", ev.AggregateVersion)
-	case ev.SchemaVersion < 0:
-		return bad("SchemaVersion", "%d: must be at least 1 (0 means 1)", ev.SchemaVersion)
+	case ev.SchemaVersion < 0 || ev.SchemaVersion > math.MaxInt32:
+		return bad("SchemaVersion", "%d: must be between 1 and %d (0 means 1)", ev.SchemaVersion, math.MaxInt32)
 	case len(ev.Payload) == 0:
 		return bad("Payload", "is empty: send a JSON document such as {}")
 	case len(ev.Payload) > w.cfg.MaxPayloadBytes:
