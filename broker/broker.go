@@ -129,6 +129,13 @@ func (p *Publisher) Publish(ctx context.Context, msg Message) error {
 			ErrUnroutable, p.cfg.Exchange, msg.RoutingKey, r.ReplyCode, r.ReplyText)
 	}
 	if !acked {
+		if ch.IsClosed() {
+			// The client nacks every pending confirm when the channel or its
+			// connection closes: the broker never answered, so the outcome is
+			// unknown, not refused.
+			p.reset(ch)
+			return fmt.Errorf("%w: channel closed before the confirm of %s", ErrUnavailable, msg.ID)
+		}
 		return fmt.Errorf("%w: %s", ErrNacked, msg.ID)
 	}
 	return nil
@@ -152,12 +159,18 @@ func (p *Publisher) Close() error {
 func (p *Publisher) takeReturn(id string) (amqp.Return, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for drained := false; !drained; {
+drain:
+	for {
 		select {
-		case r := <-p.returns:
+		case r, ok := <-p.returns:
+			if !ok {
+				// Closed with its channel: nothing more will arrive, and
+				// reading on would spin forever holding p.mu.
+				break drain
+			}
 			p.returned[r.MessageId] = r
 		default:
-			drained = true
+			break drain
 		}
 	}
 	r, ok := p.returned[id]
@@ -233,6 +246,17 @@ func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "<unparseable URL>"
+	}
+	if u.Scheme == "" || u.Opaque != "" {
+		// Not scheme://…: "user:pw@host" parses as scheme "user" with the
+		// password in Opaque, and a key=value DSN as a path. There is no
+		// telling where a password is, so show nothing.
+		return "<URL not shown: not scheme://host/…>"
+	}
+	if q := u.Query(); q.Has("password") {
+		// libpq and pgx also take the password as a query parameter.
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
