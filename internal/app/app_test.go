@@ -1,0 +1,182 @@
+package app_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
+	"go.uber.org/goleak"
+
+	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/worker"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func defaults(t *testing.T) app.Config {
+	t.Helper()
+	cfg, err := app.Config{}.WithDefaults()
+	require.NoError(t, err)
+	return cfg
+}
+
+// fx.ValidateApp checks the dependency graph without running a constructor,
+// so nothing is dialled. Asking for the component a role set leaves out must
+// fail, which shows the check can see a missing dependency at all.
+func TestOptionsGraph(t *testing.T) {
+	t.Parallel()
+	logger := slog.New(slog.DiscardHandler)
+	needPoller := fx.Invoke(func(*poller.Poller) {})
+	needWorker := fx.Invoke(func(*worker.Worker) {})
+
+	tests := []struct {
+		name       string
+		roles      app.Roles
+		hasPoller  bool
+		hasWorker  bool
+		wantAbsent string
+	}{
+		{"poller only", app.Roles{Poller: true}, true, false, "worker.Worker"},
+		{"worker only", app.Roles{Worker: true}, false, true, "poller.Poller"},
+		{"both", app.Roles{Poller: true, Worker: true}, true, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			opts := app.Options(defaults(t), tt.roles, logger)
+			require.NoError(t, fx.ValidateApp(opts))
+
+			for _, c := range []struct {
+				present bool
+				invoke  fx.Option
+			}{{tt.hasPoller, needPoller}, {tt.hasWorker, needWorker}} {
+				err := fx.ValidateApp(opts, c.invoke)
+				if c.present {
+					require.NoError(t, err)
+				} else {
+					require.ErrorContains(t, err, tt.wantAbsent)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	cfg := defaults(t)
+	require.Equal(t, app.Config{
+		PostgresURL:     "postgres://postgres@127.0.0.1:5432/postgres",
+		AMQPURL:         "amqp://guest:guest@127.0.0.1:5672/",
+		TemporalAddress: "127.0.0.1:7233",
+		Namespace:       "default",
+		TaskQueue:       "ferry",
+		Exchange:        "ferry.events",
+		BatchSize:       200,
+		Lease:           30 * time.Second,
+		PollInterval:    time.Second,
+		ConnectTimeout:  10 * time.Second,
+	}, cfg)
+	require.Equal(t, app.DefaultPostgresURL, cfg.PostgresURL)
+	require.Equal(t, app.DefaultAMQPURL, cfg.AMQPURL)
+	require.Equal(t, app.DefaultTemporalAddress, cfg.TemporalAddress)
+	// IdleTimeout stays zero: the workflow applies its documented 1m.
+	require.Equal(t, time.Minute, cmp.Or(cfg.IdleTimeout, workflows.DefaultIdleTimeout))
+
+	set := app.Config{
+		PostgresURL: "postgres://a@b/c", AMQPURL: "amqp://d/", TemporalAddress: "e:1", Namespace: "ns",
+		TaskQueue: "q.1:x-y_z", Exchange: "ex", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
+		IdleTimeout: 2 * time.Minute, ConnectTimeout: time.Second,
+	}
+	got, err := set.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, set, got, "set fields are kept")
+}
+
+func TestConfigWithDefaultsRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  app.Config
+		want []string
+	}{
+		{"task queue with a space", app.Config{TaskQueue: "my queue"}, []string{"task queue", `"my queue"`}},
+		{"task queue with a slash", app.Config{TaskQueue: "a/b"}, []string{"task queue", `"a/b"`}},
+		{"task queue too long", app.Config{TaskQueue: strings.Repeat("q", 201)}, []string{"task queue"}},
+		{"negative batch size", app.Config{BatchSize: -1}, []string{"batch size"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := tt.cfg.WithDefaults()
+			for _, w := range tt.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+// closedPort returns a local port nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	return port
+}
+
+func TestOpenPoolUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	port := closedPort(t)
+
+	pool, err := app.OpenPool(ctx, fmt.Sprintf("postgres://u:topsecret@127.0.0.1:%d/db", port))
+	require.Nil(t, pool)
+	require.ErrorContains(t, err, "cannot reach PostgreSQL")
+	require.ErrorContains(t, err, fmt.Sprintf("postgres://u:xxxxx@127.0.0.1:%d/db", port))
+	require.NotContains(t, err.Error(), "topsecret")
+	require.ErrorContains(t, err, "FERRY_POSTGRES_URL", "says how to point elsewhere")
+}
+
+// Neither a URL pgx rejects nor a reachable-error message ever shows the
+// password, wherever the connection string put it.
+func TestOpenPoolNeverShowsThePassword(t *testing.T) {
+	t.Parallel()
+	port := closedPort(t)
+	tests := []struct {
+		name, url, want string
+	}{
+		{"bad port", "postgres://u:topsecret@127.0.0.1:notaport/db", "is not valid"},
+		{"bad escape", "postgres://u:top%zzsecret@127.0.0.1:5432/db", "is not valid"},
+		{"bad sslmode", "postgres://u:topsecret@127.0.0.1:5432/db?sslmode=bogus", "is not valid"},
+		{"no scheme", "u:topsecret@127.0.0.1:5432/db", "is not valid"},
+		{"key=value, bad sslmode", "host=127.0.0.1 user=u password=topsecret sslmode=bogus", "is not valid"},
+		{"key=value, unreachable", fmt.Sprintf("host=127.0.0.1 port=%d user=u password=topsecret dbname=db", port), "cannot reach PostgreSQL"},
+		{"password parameter, bad sslmode", "postgres://127.0.0.1:5432/db?password=topsecret&sslmode=bogus", "is not valid"},
+		{"password parameter, unreachable", fmt.Sprintf("postgres://u@127.0.0.1:%d/db?password=topsecret", port), "cannot reach PostgreSQL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			pool, err := app.OpenPool(ctx, tt.url)
+			require.Nil(t, pool)
+			require.ErrorContains(t, err, tt.want)
+			require.NotContains(t, err.Error(), "topsecret")
+			require.NotContains(t, err.Error(), "secret")
+		})
+	}
+}
