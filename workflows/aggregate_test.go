@@ -1,0 +1,422 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// fakeActivities stand in for package activities under the registered
+// names: they record what the workflow asked for, in order.
+type fakeActivities struct {
+	delivered int64 // what LoadCursor returns
+
+	mu          sync.Mutex
+	failures    map[int64]int // publish attempts of a version that fail first
+	attempts    []int64       // every publish attempt, in order
+	published   []workflows.PublishInput
+	cursorCalls []workflows.CursorInput
+}
+
+func (f *fakeActivities) Publish(_ context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attempts = append(f.attempts, in.Version)
+	if f.failures[in.Version] > 0 {
+		f.failures[in.Version]--
+		return workflows.PublishResult{}, fmt.Errorf("broker unavailable (fake), version %d", in.Version)
+	}
+	f.published = append(f.published, in)
+	return workflows.PublishResult{}, nil
+}
+
+func (f *fakeActivities) LoadCursor(_ context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cursorCalls = append(f.cursorCalls, in)
+	return workflows.CursorResult{Delivered: f.delivered}, nil
+}
+
+func (f *fakeActivities) publishedVersions() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]int64, len(f.published))
+	for i, in := range f.published {
+		out[i] = in.Version
+	}
+	return out
+}
+
+type bundle struct {
+	env   *testsuite.TestWorkflowEnvironment
+	fakes *fakeActivities
+}
+
+// setup returns a test environment with the aggregate workflow and fake
+// activities registered under their wire names; LoadCursor answers
+// delivered.
+func setup(t *testing.T, delivered int64) *bundle {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	f := &fakeActivities{delivered: delivered, failures: map[int64]int{}}
+	env.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
+	env.RegisterActivityWithOptions(f.Publish, activity.RegisterOptions{Name: workflows.PublishEventActivity})
+	env.RegisterActivityWithOptions(f.LoadCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	return &bundle{env: env, fakes: f}
+}
+
+func ev(version int64) workflows.EventRef {
+	return workflows.EventRef{ID: fmt.Sprintf("evt-%d", version), Version: version, Type: "order.changed"}
+}
+
+func evs(versions ...int64) []workflows.EventRef {
+	out := make([]workflows.EventRef, len(versions))
+	for i, v := range versions {
+		out[i] = ev(v)
+	}
+	return out
+}
+
+// signalAt sends one EventsSignal with the given versions after d of
+// workflow time.
+func (b *bundle) signalAt(d time.Duration, versions ...int64) {
+	b.env.RegisterDelayedCallback(func() {
+		b.env.SignalWorkflow(workflows.EventsSignal, workflows.EventsSignalArg{Events: evs(versions...)})
+	}, d)
+}
+
+// observation is what a delayed callback saw; it is checked after the
+// workflow ran, on the test goroutine.
+type observation struct {
+	state     workflows.State
+	err       error
+	published []int64
+	completed bool
+}
+
+// observeAt queries the workflow's state after d of workflow time.
+func (b *bundle) observeAt(d time.Duration) *observation {
+	o := &observation{}
+	b.env.RegisterDelayedCallback(func() {
+		o.completed = b.env.IsWorkflowCompleted()
+		o.published = b.fakes.publishedVersions()
+		v, err := b.env.QueryWorkflow(workflows.StateQuery)
+		if err != nil {
+			o.err = err
+			return
+		}
+		o.err = v.Get(&o.state)
+	}, d)
+	return o
+}
+
+func input(idle time.Duration) workflows.AggregateInput {
+	return workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: idle}
+}
+
+// run executes the workflow and returns how much workflow time it took.
+func (b *bundle) run(in workflows.AggregateInput) time.Duration {
+	start := b.env.Now()
+	b.env.ExecuteWorkflow(workflows.AggregateWorkflowName, in)
+	return b.env.Now().Sub(start)
+}
+
+func (b *bundle) requireCompleted(t *testing.T) {
+	t.Helper()
+	require.True(t, b.env.IsWorkflowCompleted())
+	require.NoError(t, b.env.GetWorkflowError())
+}
+
+func TestPublishesInVersionOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.signalAt(1*time.Second, 3)
+	b.signalAt(2*time.Second, 1)
+	b.signalAt(3*time.Second, 2)
+	b.run(input(time.Minute))
+
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2, 3}, b.fakes.publishedVersions())
+	for _, in := range b.fakes.published {
+		require.Equal(t, fmt.Sprintf("evt-%d", in.Version), in.EventID)
+		require.Equal(t, "order", in.AggregateType)
+		require.Equal(t, "o-1", in.AggregateID)
+	}
+	require.Equal(t, []workflows.CursorInput{{AggregateType: "order", AggregateID: "o-1"}}, b.fakes.cursorCalls)
+}
+
+func TestOneSignalOutOfOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.signalAt(time.Second, 4, 2, 3, 1)
+	b.run(input(time.Minute))
+
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2, 3, 4}, b.fakes.publishedVersions())
+}
+
+func TestDropsDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.signalAt(1*time.Second, 1, 2)
+	b.signalAt(2*time.Second, 2, 1) // both delivered by now: 2 duplicates
+	b.signalAt(3*time.Second, 4, 4) // one pending, one repeat: 1 duplicate
+	b.signalAt(4*time.Second, 4)    // still pending (3 is missing): 1 duplicate
+	b.signalAt(5*time.Second, 3)
+	o := b.observeAt(6 * time.Second)
+	b.run(input(time.Minute))
+
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2, 3, 4}, b.fakes.publishedVersions())
+	require.NoError(t, o.err)
+	require.Equal(t, workflows.State{Delivered: 4, Pending: []int64{}, Duplicates: 4}, o.state)
+}
+
+func TestResumesFromLoadedCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 5)
+	b.signalAt(1*time.Second, 3, 6)
+	b.signalAt(2*time.Second, 5)
+	o := b.observeAt(3 * time.Second)
+	b.run(input(time.Minute))
+
+	b.requireCompleted(t)
+	require.Equal(t, []int64{6}, b.fakes.publishedVersions())
+	require.NoError(t, o.err)
+	require.Equal(t, workflows.State{Delivered: 6, Pending: []int64{}, Duplicates: 2}, o.state)
+}
+
+func TestWaitsForMissingVersion(t *testing.T) {
+	t.Parallel()
+	const idle = 10 * time.Second
+	b := setup(t, 0)
+	b.signalAt(1*time.Second, 2)
+	gap := b.observeAt(2 * time.Second)
+	// Long after the idle timeout: a workflow with a gap must still run.
+	late := b.observeAt(100 * idle)
+	b.signalAt(100*idle+time.Second, 1)
+	took := b.run(input(idle))
+
+	require.NoError(t, gap.err)
+	require.Empty(t, gap.published)
+	require.Equal(t, workflows.State{Pending: []int64{2}}, gap.state)
+
+	require.False(t, late.completed, "completed while version 1 was missing")
+	require.NoError(t, late.err)
+	require.Equal(t, workflows.State{Pending: []int64{2}}, late.state)
+	require.Empty(t, late.published)
+
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2}, b.fakes.publishedVersions())
+	require.GreaterOrEqual(t, took, 100*idle+time.Second+idle)
+}
+
+func TestCompletesWhenIdle(t *testing.T) {
+	t.Parallel()
+	t.Run("nothing signalled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		took := b.run(input(5 * time.Second))
+		b.requireCompleted(t)
+		require.Empty(t, b.fakes.publishedVersions())
+		require.GreaterOrEqual(t, took, 5*time.Second)
+		require.Less(t, took, 6*time.Second)
+	})
+	t.Run("each signal restarts the idle timer", func(t *testing.T) {
+		t.Parallel()
+		const idle = 10 * time.Second
+		b := setup(t, 0)
+		b.signalAt(8*time.Second, 1)
+		b.signalAt(16*time.Second, 2)
+		took := b.run(input(idle))
+		b.requireCompleted(t)
+		require.Equal(t, []int64{1, 2}, b.fakes.publishedVersions())
+		require.GreaterOrEqual(t, took, 16*time.Second+idle)
+	})
+	t.Run("zero means the default", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		took := b.run(input(0))
+		b.requireCompleted(t)
+		require.GreaterOrEqual(t, took, workflows.DefaultIdleTimeout)
+		require.Less(t, took, workflows.DefaultIdleTimeout+time.Second)
+	})
+}
+
+func TestRetriesFailedPublishInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.fakes.failures[2] = 3
+	b.signalAt(time.Second, 1, 2, 3)
+	b.run(input(time.Minute))
+
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2, 3}, b.fakes.publishedVersions())
+	// Version 3 waits until 2 succeeded: no attempt of 3 before the fourth of 2.
+	require.Equal(t, []int64{1, 2, 2, 2, 2, 3}, b.fakes.attempts)
+}
+
+// decodeContinueAsNew checks err is a continue-as-new of the aggregate
+// workflow and returns the next run's input.
+func decodeContinueAsNew(t *testing.T, err error) workflows.AggregateInput {
+	t.Helper()
+	require.Error(t, err)
+	require.True(t, workflow.IsContinueAsNewError(err), "want continue-as-new, got %v", err)
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(err, &can))
+	require.Equal(t, workflows.AggregateWorkflowName, can.WorkflowType.Name)
+	var next workflows.AggregateInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	return next
+}
+
+// The test environment does not count history events, so these tests model
+// a real run's history: the start (execution started, a workflow task's three
+// events, the cursor marker) and, per publish, the activity's three events
+// plus the workflow task that handles its result. Signals add a few more;
+// leaving them out only postpones the roll-over.
+const (
+	historyAtStart    = 5
+	historyPerPublish = 6
+)
+
+// modelHistory makes GetCurrentHistoryLength grow with every publish.
+func (b *bundle) modelHistory() {
+	length := historyAtStart
+	b.env.SetCurrentHistoryLength(length)
+	b.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
+		if info.ActivityType.Name == workflows.PublishEventActivity {
+			length += historyPerPublish
+			b.env.SetCurrentHistoryLength(length)
+		}
+	})
+}
+
+// publishesPerRun is how many events a run publishes before its modelled
+// history reaches maxHistory: the budget is checked after every event.
+func publishesPerRun(maxHistory int) int {
+	n := 0
+	for historyAtStart+historyPerPublish*n < maxHistory {
+		n++
+	}
+	return n
+}
+
+func versions(from, to int64) []int64 {
+	var out []int64
+	for v := from; v <= to; v++ {
+		out = append(out, v)
+	}
+	return out
+}
+
+func TestContinuesAsNewWithState(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.modelHistory()
+	in := input(time.Minute)
+	in.MaxHistoryEvents = 30
+	k := int64(publishesPerRun(in.MaxHistoryEvents))
+	require.Less(t, k, int64(10), "the budget must run out before the backlog does")
+	b.signalAt(time.Second, 12, 3, 1, 2, 4, 5, 6, 7, 8, 9, 10, 13, 3, 14)
+	b.run(in)
+
+	require.True(t, b.env.IsWorkflowCompleted())
+	next := decodeContinueAsNew(t, b.env.GetWorkflowError())
+	require.Equal(t, versions(1, k), b.fakes.publishedVersions())
+	require.Equal(t, workflows.AggregateInput{
+		AggregateType:    "order",
+		AggregateID:      "o-1",
+		Resumed:          true,
+		Delivered:        k,
+		Pending:          evs(append(versions(k+1, 10), 12, 13, 14)...),
+		IdleTimeout:      time.Minute,
+		MaxHistoryEvents: 30,
+	}, next)
+
+	// The next run starts from that input: it must not reload the cursor
+	// (PostgreSQL may lag behind what this run delivered), and it publishes
+	// the carried events, the later ones once the gap closes.
+	b2 := setup(t, 0)
+	b2.signalAt(time.Second, 11)
+	b2.run(next)
+	b2.requireCompleted(t)
+	require.Empty(t, b2.fakes.cursorCalls)
+	require.Equal(t, versions(k+1, 14), b2.fakes.publishedVersions())
+}
+
+func TestContinuesAsNewWhenSuggested(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.signalAt(time.Second, 1, 2)
+	b.env.RegisterDelayedCallback(func() {
+		b.env.SetContinueAsNewSuggested(true)
+		b.env.SignalWorkflow(workflows.EventsSignal, workflows.EventsSignalArg{Events: evs(3, 5)})
+	}, 2*time.Second)
+	b.run(input(time.Minute))
+
+	next := decodeContinueAsNew(t, b.env.GetWorkflowError())
+	require.Equal(t, []int64{1, 2, 3}, b.fakes.publishedVersions())
+	require.True(t, next.Resumed)
+	require.Equal(t, int64(3), next.Delivered)
+	require.Equal(t, evs(5), next.Pending)
+}
+
+// Many events across several runs: every version is published exactly once
+// and in order, whatever the run boundaries.
+func TestContinueAsNewChainPublishesEachOnce(t *testing.T) {
+	t.Parallel()
+	const total = 60
+	in := input(time.Minute)
+	in.MaxHistoryEvents = 30
+	perRun := publishesPerRun(in.MaxHistoryEvents)
+	var published []int64
+	sent := int64(0)
+	runs := 0
+	for ; ; runs++ {
+		require.Less(t, runs, 3*total/perRun, "too many runs")
+		b := setup(t, 0)
+		b.modelHistory()
+		if sent < total {
+			// The next ten events in reverse order, with the previous
+			// batch's last three repeated. A run that continues as new
+			// before the callback fires never gets them; the next run does.
+			batch := versions(max(sent-2, 1), min(sent+10, total))
+			slices.Reverse(batch)
+			b.env.RegisterDelayedCallback(func() {
+				b.env.SignalWorkflow(workflows.EventsSignal, workflows.EventsSignalArg{Events: evs(batch...)})
+				sent = batch[0]
+			}, time.Second)
+		}
+		b.run(in)
+		got := b.fakes.publishedVersions()
+		published = append(published, got...)
+		if runs > 0 {
+			require.Empty(t, b.fakes.cursorCalls, "run %d reloaded the cursor", runs)
+		}
+		err := b.env.GetWorkflowError()
+		if err == nil {
+			break
+		}
+		require.Len(t, got, perRun, "run %d continued as new before its budget ran out", runs)
+		in = decodeContinueAsNew(t, err)
+	}
+	require.Equal(t, versions(1, total), published)
+	require.Greater(t, runs, total/perRun-1)
+}
