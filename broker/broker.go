@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,13 +56,21 @@ var (
 type Publisher struct {
 	cfg Config
 
-	mu      sync.Mutex
-	closed  bool
+	mu     sync.Mutex
+	closed bool
+	cur    *session // nil until dialled, and after a failure
+}
+
+// session is one connection with its confirm channel. Returns belong to the
+// session they came back on, so a redial never mixes them up.
+type session struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
-	// returned holds basic.returns read off the channel but not yet claimed
-	// by their publisher, by message id.
+
+	mu sync.Mutex
+	// returned holds basic.returns read off returns but not yet claimed by
+	// their publisher, by message id.
 	returned map[string]amqp.Return
 }
 
@@ -81,7 +90,7 @@ func New(cfg Config) (*Publisher, error) {
 	if !exchangeName.MatchString(cfg.Exchange) {
 		return nil, fmt.Errorf("broker: Config.Exchange %q: use 1-255 letters, digits, '_', '.', ':' or '-'", cfg.Exchange)
 	}
-	return &Publisher{cfg: cfg, returned: map[string]amqp.Return{}}, nil
+	return &Publisher{cfg: cfg}, nil
 }
 
 // Exchange is the exchange messages go to.
@@ -90,17 +99,17 @@ func (p *Publisher) Exchange() string { return p.cfg.Exchange }
 // Connect dials (if not connected) and declares the exchange. Publish calls
 // it too; call it at start-up to fail early with a clear error.
 func (p *Publisher) Connect(ctx context.Context) error {
-	_, err := p.channel(ctx)
+	_, err := p.session(ctx)
 	return err
 }
 
 // Publish sends msg and waits for the broker's confirm.
 func (p *Publisher) Publish(ctx context.Context, msg Message) error {
-	ch, err := p.channel(ctx)
+	sess, err := p.session(ctx)
 	if err != nil {
 		return err
 	}
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, msg.RoutingKey, true, false, amqp.Publishing{
+	dc, err := sess.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, msg.RoutingKey, true, false, amqp.Publishing{
 		Headers:      msg.Headers,
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
@@ -110,7 +119,7 @@ func (p *Publisher) Publish(ctx context.Context, msg Message) error {
 		Body:         msg.Body,
 	})
 	if err != nil {
-		p.reset(ch)
+		p.reset(sess)
 		return fmt.Errorf("%w: publish %s: %v", ErrUnavailable, msg.ID, err)
 	}
 	acked, err := dc.WaitContext(ctx)
@@ -118,22 +127,22 @@ func (p *Publisher) Publish(ctx context.Context, msg Message) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, ctx.Err())
 		}
-		p.reset(ch)
+		p.reset(sess)
 		return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, err)
 	}
 	// The broker sends basic.return before the ack of the same message, and
 	// the client delivers both from one reader goroutine in that order, so any
-	// return of msg is in p.returns by now.
-	if r, ok := p.takeReturn(msg.ID); ok {
+	// return of msg is in sess.returns by now.
+	if r, ok := sess.takeReturn(msg.ID); ok {
 		return fmt.Errorf("%w: exchange %q, routing key %q: %d %s (bind a queue to it)",
 			ErrUnroutable, p.cfg.Exchange, msg.RoutingKey, r.ReplyCode, r.ReplyText)
 	}
 	if !acked {
-		if ch.IsClosed() {
+		if sess.ch.IsClosed() {
 			// The client nacks every pending confirm when the channel or its
 			// connection closes: the broker never answered, so the outcome is
 			// unknown, not refused.
-			p.reset(ch)
+			p.reset(sess)
 			return fmt.Errorf("%w: channel closed before the confirm of %s", ErrUnavailable, msg.ID)
 		}
 		return fmt.Errorf("%w: %s", ErrNacked, msg.ID)
@@ -146,9 +155,9 @@ func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	if p.conn != nil {
-		err := p.conn.Close()
-		p.conn, p.ch = nil, nil
+	if p.cur != nil {
+		err := p.cur.conn.Close()
+		p.cur = nil
 		if err != nil && !errors.Is(err, amqp.ErrClosed) {
 			return fmt.Errorf("broker: close: %w", err)
 		}
@@ -156,41 +165,46 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-func (p *Publisher) takeReturn(id string) (amqp.Return, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (s *session) takeReturn(id string) (amqp.Return, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 drain:
 	for {
 		select {
-		case r, ok := <-p.returns:
+		case r, ok := <-s.returns:
 			if !ok {
 				// Closed with its channel: nothing more will arrive, and
-				// reading on would spin forever holding p.mu.
+				// reading on would spin forever holding s.mu.
 				break drain
 			}
-			p.returned[r.MessageId] = r
+			s.returned[r.MessageId] = r
 		default:
 			break drain
 		}
 	}
-	r, ok := p.returned[id]
-	delete(p.returned, id)
+	r, ok := s.returned[id]
+	delete(s.returned, id)
 	return r, ok
 }
 
-func (p *Publisher) channel(ctx context.Context) (*amqp.Channel, error) {
+func (s *session) usable() bool {
+	return !s.ch.IsClosed() && !s.conn.IsClosed()
+}
+
+func (p *Publisher) session(ctx context.Context) (*session, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, ErrClosed
 	}
-	if p.ch != nil && !p.ch.IsClosed() && !p.conn.IsClosed() {
-		return p.ch, nil
+	if p.cur != nil && p.cur.usable() {
+		return p.cur, nil
 	}
-	p.dropLocked()
+	if p.cur != nil {
+		_ = p.cur.conn.Close()
+		p.cur = nil
+	}
 
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	defer cancel()
 	conn, err := amqp.DialConfig(p.cfg.URL, amqp.Config{
 		Dial:       amqp.DefaultDial(p.cfg.DialTimeout),
 		Properties: amqp.Table{"connection_name": "ferry-publisher"},
@@ -207,10 +221,15 @@ func (p *Publisher) channel(ctx context.Context) (*amqp.Channel, error) {
 		conn.Close()
 		return nil, fmt.Errorf("%w: enable confirms: %v", ErrUnavailable, err)
 	}
-	// Buffered so the client's reader goroutine never blocks on it: returns
-	// are drained by every Publish after its confirm, so at most one per
-	// in-flight publish is waiting here.
-	p.returns = ch.NotifyReturn(make(chan amqp.Return, 4096))
+	sess := &session{
+		conn: conn,
+		ch:   ch,
+		// Buffered so the client's reader goroutine never blocks on it:
+		// returns are drained by every Publish after its confirm, so at most
+		// one per in-flight publish is waiting here.
+		returns:  ch.NotifyReturn(make(chan amqp.Return, 4096)),
+		returned: map[string]amqp.Return{},
+	}
 	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("broker: declare exchange %q: %w", p.cfg.Exchange, err)
@@ -219,26 +238,19 @@ func (p *Publisher) channel(ctx context.Context) (*amqp.Channel, error) {
 		conn.Close()
 		return nil, fmt.Errorf("%w: dial %s: %v", ErrUnavailable, Redact(p.cfg.URL), ctx.Err())
 	}
-	p.conn, p.ch = conn, ch
-	return ch, nil
+	p.cur = sess
+	return sess, nil
 }
 
-// reset drops the connection if ch is still the current channel, so the next
-// Publish redials.
-func (p *Publisher) reset(ch *amqp.Channel) {
+// reset drops sess if it is still the current session, so the next Publish
+// redials.
+func (p *Publisher) reset(sess *session) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ch == ch {
-		p.dropLocked()
+	if p.cur == sess {
+		_ = p.cur.conn.Close()
+		p.cur = nil
 	}
-}
-
-func (p *Publisher) dropLocked() {
-	if p.conn != nil {
-		_ = p.conn.Close()
-	}
-	p.conn, p.ch = nil, nil
-	clear(p.returned)
 }
 
 // Redact hides the password of an AMQP or PostgreSQL URL for logs and errors.
@@ -253,10 +265,16 @@ func Redact(raw string) string {
 		// telling where a password is, so show nothing.
 		return "<URL not shown: not scheme://host/…>"
 	}
-	if q := u.Query(); q.Has("password") {
-		// libpq and pgx also take the password as a query parameter.
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
+	if strings.Contains(strings.ToLower(u.RawQuery), "password") {
+		// libpq and pgx also take the password as a query parameter. A
+		// query that does not parse cleanly may still hold one: hide it all.
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil || !q.Has("password") {
+			u.RawQuery = "xxxxx"
+		} else {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
 	}
 	return u.Redacted()
 }

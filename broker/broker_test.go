@@ -414,6 +414,9 @@ func TestRedact(t *testing.T) {
 		{"guest:secretpw@127.0.0.1:5672", ""},
 		{"host=db user=ferry password=secretpw dbname=app", ""},
 		{"amqp://guest:secretpw@127.0.0.1:5672/%zz", ""},
+		{"postgres://ferry@db/app?password=secret%zzpw", ""},
+		{"postgres://ferry@db/app?password=secretpw;x=1", ""},
+		{"postgres://ferry@db/app?PASSWORD=secretpw", ""},
 	}
 	for _, tt := range tests {
 		got := broker.Redact(tt.raw)
