@@ -139,8 +139,26 @@ func (w *Writer) Validate(ev Event) error {
 		return bad("Payload", "is %d bytes, over the limit of %d (Config.MaxPayloadBytes): store large data elsewhere and send a reference", len(ev.Payload), w.cfg.MaxPayloadBytes)
 	case !json.Valid(ev.Payload):
 		return bad("Payload", "is not valid JSON")
+	case hasNULEscape(ev.Payload):
+		return bad("Payload", `contains \u0000, which PostgreSQL's jsonb cannot store`)
 	}
 	return nil
+}
+
+// hasNULEscape reports a \u0000 escape in valid JSON. Backslashes occur only
+// inside strings there, each escaping the next character, so skipping the
+// escaped character is enough to tell "\u0000" from "\\u0000".
+func hasNULEscape(doc []byte) bool {
+	for i := 0; i < len(doc)-1; i++ {
+		if doc[i] != '\\' {
+			continue
+		}
+		if doc[i+1] == 'u' && i+6 <= len(doc) && string(doc[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++
+	}
+	return false
 }
 
 // sqlInsert inserts the whole batch in one round trip. A NULL version is

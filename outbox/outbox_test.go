@@ -197,6 +197,7 @@ func TestValidate(t *testing.T) {
 		{name: "empty payload", mutate: func(e *outbox.Event) { e.Payload = []byte{} }, wantField: "Payload"},
 		{name: "invalid JSON payload", mutate: func(e *outbox.Event) { e.Payload = []byte(`{"n":`) }, wantField: "Payload"},
 		{name: "two JSON documents", mutate: func(e *outbox.Event) { e.Payload = []byte(`{} {}`) }, wantField: "Payload"},
+		{name: "NUL escape jsonb rejects", mutate: func(e *outbox.Event) { e.Payload = []byte(`{"a":"x\u0000y"}`) }, wantField: "Payload"},
 		{name: "payload one byte over the limit", mutate: func(e *outbox.Event) { e.Payload = []byte(`"` + strings.Repeat("x", 63) + `"`) }, wantField: "Payload"},
 	}
 	for _, tt := range tests {
@@ -728,4 +729,21 @@ func TestNotifyOnCommit(t *testing.T) {
 	require.Empty(t, n.Payload)
 	_, ok = next(quiet)
 	require.False(t, ok, "a batch insert notifies once")
+}
+
+// An escaped backslash before "u0000" is text, not a NUL: jsonb stores it.
+func TestEscapedBackslashBeforeU0000IsAccepted(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	w, err := outbox.NewWriter(outbox.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	payload := []byte(`{"path":"C:\\u0000dir"}`)
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := w.Write(ctx, tx, outbox.Event{AggregateType: "doc", AggregateID: "1", EventType: "saved", Payload: payload})
+		return err
+	}))
+	var got string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT payload->>'path' FROM outbox_events`).Scan(&got))
+	require.Equal(t, `C:\u0000dir`, got)
 }
