@@ -125,8 +125,12 @@ func NewPublisher(lc fx.Lifecycle, cfg Config) (*broker.Publisher, error) {
 	return pub, nil
 }
 
-func newActivities(pool *pgxpool.Pool, pub *broker.Publisher) (*activities.Activities, error) {
-	return activities.New(activities.Config{Pool: pool, Publisher: pub})
+func newActivities(cfg Config, pool *pgxpool.Pool, pub *broker.Publisher) (*activities.Activities, error) {
+	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
+	if err != nil {
+		return nil, err
+	}
+	return activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key})
 }
 
 func workerConfig(cfg Config, c client.Client, acts *activities.Activities) worker.Config {

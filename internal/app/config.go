@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/poller"
 )
 
@@ -25,6 +26,8 @@ type Config struct {
 	TaskQueue string
 	// Exchange events are published to; default "ferry.events".
 	Exchange string
+	// RoutingKey template; default "{aggregate_type}.{event_type}".
+	RoutingKey string
 	// BatchSize of one claim; default 200.
 	BatchSize int
 	// Lease of claimed rows; default 30s.
@@ -54,6 +57,10 @@ func (c Config) WithDefaults() (Config, error) {
 	c.Namespace = cmp.Or(c.Namespace, "default")
 	c.TaskQueue = cmp.Or(c.TaskQueue, "ferry")
 	c.Exchange = cmp.Or(c.Exchange, "ferry.events")
+	c.RoutingKey = cmp.Or(c.RoutingKey, activities.DefaultRoutingKeyTemplate)
+	if _, err := activities.RoutingKeyTemplate(c.RoutingKey); err != nil {
+		return c, err
+	}
 	c.BatchSize = cmp.Or(c.BatchSize, 200)
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/fx"
 
+	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/schema"
@@ -62,6 +63,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.StringVar(&g.cfg.Namespace, "namespace", env("FERRY_TEMPORAL_NAMESPACE", "default"), "Temporal namespace (FERRY_TEMPORAL_NAMESPACE)")
 	f.StringVar(&g.cfg.TaskQueue, "task-queue", env("FERRY_TASK_QUEUE", "ferry"), "Temporal task queue of the aggregate workflows (FERRY_TASK_QUEUE)")
 	f.StringVar(&g.cfg.Exchange, "exchange", env("FERRY_EXCHANGE", "ferry.events"), "RabbitMQ topic exchange (FERRY_EXCHANGE)")
+	f.StringVar(&g.cfg.RoutingKey, "routing-key", env("FERRY_ROUTING_KEY", activities.DefaultRoutingKeyTemplate), "routing key template: {aggregate_type}, {event_type} and plain text (FERRY_ROUTING_KEY)")
 	f.IntVar(&g.cfg.BatchSize, "batch-size", envInt("FERRY_BATCH_SIZE", 200), "rows per claim (FERRY_BATCH_SIZE)")
 	f.DurationVar(&g.cfg.Lease, "lease", envDuration("FERRY_LEASE", 30*time.Second), "lease of claimed rows (FERRY_LEASE)")
 	f.DurationVar(&g.cfg.PollInterval, "poll-interval", envDuration("FERRY_POLL_INTERVAL", time.Second), "fallback poll interval when no NOTIFY arrives (FERRY_POLL_INTERVAL)")
