@@ -82,6 +82,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		Namespace:       "default",
 		TaskQueue:       "ferry",
 		Exchange:        "ferry.events",
+		RoutingKey:      "{aggregate_type}.{event_type}",
 		BatchSize:       200,
 		Lease:           30 * time.Second,
 		PollInterval:    time.Second,
@@ -95,7 +96,7 @@ func TestConfigWithDefaults(t *testing.T) {
 
 	set := app.Config{
 		PostgresURL: "postgres://a@b/c", AMQPURL: "amqp://d/", TemporalAddress: "e:1", Namespace: "ns",
-		TaskQueue: "q.1:x-y_z", Exchange: "ex", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
+		TaskQueue: "q.1:x-y_z", Exchange: "ex", RoutingKey: "all.{event_type}", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
 		IdleTimeout: 2 * time.Minute, ConnectTimeout: time.Second,
 	}
 	got, err := set.WithDefaults()
