@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,4 +96,46 @@ func TestKilledMidStreamLosesNothing(t *testing.T) {
 	require.Equal(t, want, e.count(t, `SELECT count(*) FROM orders`))
 	t.Logf("committed %d, rolled back %d, delivered %d unique, %d duplicates (allowed after a crash)",
 		want, len(rolledBack), l.unique(), l.duplicates)
+}
+
+// SIGTERM mid-stream: the process stops cleanly (exit 0, says so) within
+// its stop budget, and a new process delivers whatever was left.
+func TestGracefulStopMidStream(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	first := e.startChild(t)
+
+	l := newLedger()
+	cctx, stopConsumer := context.WithCancel(ctx)
+	consumerDone := e.consume(t, cctx, l)
+	defer func() { stopConsumer(); consumerDone.Wait() }()
+
+	committed := map[string]bool{}
+	for i := range 150 {
+		id, err := e.commit(ctx, aggID(i%15), false)
+		require.NoError(t, err)
+		committed[id] = true
+	}
+	waitFor(t, 60*time.Second, "some deliveries", func() bool { return l.unique() > 10 })
+
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))
+	start := time.Now()
+	exited := make(chan error, 1)
+	go func() { exited <- first.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "exit status after SIGTERM; output:\n%s", first.out.String())
+	case <-time.After(45 * time.Second):
+		t.Fatalf("ferry did not stop within 45s of SIGTERM; output:\n%s", first.out.String())
+	}
+	require.Contains(t, first.out.String(), "ferry: stopped")
+	t.Logf("stopped %s after SIGTERM with %d of %d delivered", time.Since(start).Round(time.Millisecond), l.unique(), len(committed))
+
+	e.startChild(t)
+	waitFor(t, 2*time.Minute, "every committed event delivered after the restart", func() bool { return l.unique() == len(committed) })
+	for id := range committed {
+		require.True(t, l.seen[id], "committed event %s was lost", id)
+	}
+	l.requireInOrder(t)
 }
