@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/activity"
@@ -126,6 +127,13 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 	if errors.Is(err, pgx.ErrNoRows) {
 		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", in.EventID), ErrTypeEventMissing, nil)
+	}
+	// invalid_text_representation: the id is no UUID, so no row can ever
+	// match. Retrying would block the aggregate forever.
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22P02" {
+		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event id %q is not a UUID, so it is not in outbox_events", in.EventID), ErrTypeEventMissing, err)
 	}
 	if err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("load event %s: %w", in.EventID, err)

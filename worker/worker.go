@@ -34,6 +34,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	w       sdkworker.Worker
+	started bool // Start was called, whether or not it succeeded
 	stopped bool
 }
 
@@ -73,8 +74,16 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 // TaskQueue is the queue the worker polls.
 func (w *Worker) TaskQueue() string { return w.cfg.TaskQueue }
 
-// Start starts polling and returns at once.
+// Start starts polling and returns at once. A Worker cannot be started
+// again after Stop.
 func (w *Worker) Start(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		// The SDK panics when a stopped worker is started.
+		return fmt.Errorf("start worker on task queue %q: already stopped", w.cfg.TaskQueue)
+	}
+	w.started = true
 	if err := w.w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %q: %w", w.cfg.TaskQueue, err)
 	}
@@ -83,7 +92,7 @@ func (w *Worker) Start(context.Context) error {
 
 // Stop stops polling and waits for running activities to finish (up to the
 // SDK's stop timeout; what is cut off is retried by Temporal). Safe to call
-// more than once.
+// more than once, and without Start.
 func (w *Worker) Stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -91,5 +100,10 @@ func (w *Worker) Stop() {
 		return
 	}
 	w.stopped = true
+	if !w.started {
+		// The SDK's Stop would still call ShutdownWorker on the server (up
+		// to its 10s RPC timeout) for a worker that never polled.
+		return
+	}
 	w.w.Stop()
 }
