@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -375,7 +374,7 @@ func TestPublishEventUnroutableIsRetryable(t *testing.T) {
 
 func TestPublishEventBrokerDownIsRetryable(t *testing.T) {
 	t.Parallel()
-	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + closedAddr(t) + "/", DialTimeout: time.Second})
+	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + testenv.ClosedAddr(t) + "/", DialTimeout: time.Second})
 	b := setup(t, activities.Config{}, pub)
 	ev := insert(t, b.db.Pool, "order", "o-1", row{})
 
@@ -493,16 +492,6 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	acts.Register(&r)
 
 	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity}, r.names)
-}
-
-// closedAddr is a local address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }
 
 func deleteExchange(t *testing.T, name string) {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,21 +25,12 @@ func ferry(t *testing.T, env []string, args ...string) (int, string) {
 	return 0, string(out)
 }
 
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 // What a tired operator sees: one line that says what is unreachable and
 // what to set, no stack trace, no password.
 func TestCommandsExplainUnreachableServices(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
-	dead := closedPort(t)
+	dead := testenv.ClosedAddr(t)
 	cases := []struct {
 		name string
 		env  []string

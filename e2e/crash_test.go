@@ -21,9 +21,7 @@ func TestKilledMidStreamLosesNothing(t *testing.T) {
 	ctx := context.Background()
 	first := e.startChild(t)
 
-	l := newLedger()
-	cctx, stopConsumer := context.WithCancel(ctx)
-	consumerDone := e.consume(t, cctx, l)
+	l, stopConsumer := e.consume(t)
 
 	var (
 		mu         sync.Mutex
@@ -76,7 +74,6 @@ func TestKilledMidStreamLosesNothing(t *testing.T) {
 		return l.unique() >= len(committed)
 	})
 	stopConsumer()
-	consumerDone.Wait()
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -103,20 +100,10 @@ func TestKilledMidStreamLosesNothing(t *testing.T) {
 func TestGracefulStopMidStream(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := context.Background()
 	first := e.startChild(t)
 
-	l := newLedger()
-	cctx, stopConsumer := context.WithCancel(ctx)
-	consumerDone := e.consume(t, cctx, l)
-	defer func() { stopConsumer(); consumerDone.Wait() }()
-
-	committed := map[string]bool{}
-	for i := range 150 {
-		id, err := e.commit(ctx, aggID(i%15), false)
-		require.NoError(t, err)
-		committed[id] = true
-	}
+	l, _ := e.consume(t)
+	committed := e.commitN(t, 150, 15)
 	waitFor(t, 60*time.Second, "some deliveries", func() bool { return l.unique() > 10 })
 
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))

@@ -19,14 +19,8 @@ func TestDeliversCommittedEventsInOrderPerAggregate(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.startFerry(t, ferryOpts{})
-	ctx := context.Background()
 
-	ids := map[string]bool{}
-	for i := range 20 {
-		id, err := e.commit(ctx, aggID(i%5), false)
-		require.NoError(t, err)
-		ids[id] = true
-	}
+	ids := e.commitN(t, 20, 5)
 
 	msgs := e.br.Collect(t, 20, 60*time.Second)
 	require.Len(t, msgs, 20, "messages on the queue")
@@ -92,12 +86,7 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 	require.Len(t, e.br.Collect(t, 1, 60*time.Second), 1)
 
 	proxy.Pause()
-	ids := map[string]bool{}
-	for i := range 15 {
-		id, err := e.commit(ctx, aggID(i%3), false)
-		require.NoError(t, err)
-		ids[id] = true
-	}
+	ids := e.commitN(t, 15, 3)
 	// The outage is real: publishes are attempted and fail, and the rows
 	// say so while they wait.
 	waitFor(t, 30*time.Second, "a failed publish recorded in last_error", func() bool {
@@ -148,15 +137,12 @@ func TestTwoPollersBurst(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	cctx, stop := context.WithCancel(ctx)
-	l := newLedger()
-	done := e.consume(t, cctx, l)
+	l, stop := e.consume(t)
 	start := time.Now()
 	waitFor(t, 4*time.Minute, "2,000 unique deliveries", func() bool { return l.unique() == aggregates*perAggregate })
 	took := time.Since(start)
 	time.Sleep(500 * time.Millisecond) // let a late duplicate, if any, arrive
 	stop()
-	done.Wait()
 
 	l.requireInOrder(t)
 	require.Len(t, l.order, aggregates)

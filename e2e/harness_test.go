@@ -184,17 +184,19 @@ func (l *ledger) requireInOrder(t *testing.T) {
 	}
 }
 
-// consume reads the test queue into the ledger until ctx ends, on a
-// connection of its own. Stop it (cancel ctx, Wait) before the test ends.
-func (e *env) consume(t *testing.T, ctx context.Context, l *ledger) *sync.WaitGroup {
+// consume reads the test queue into a new ledger, on a connection of its
+// own, until stop is called or the test ends.
+func (e *env) consume(t *testing.T) (l *ledger, stop func()) {
 	t.Helper()
 	conn, err := amqp.Dial(e.br.URL)
 	require.NoError(t, err)
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.Qos(500, 0, false))
+	ctx, cancel := context.WithCancel(context.Background())
 	deliveries, err := ch.ConsumeWithContext(ctx, e.br.Queue, "", false, false, false, false, nil)
 	require.NoError(t, err)
+	l = newLedger()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -207,7 +209,22 @@ func (e *env) consume(t *testing.T, ctx context.Context, l *ledger) *sync.WaitGr
 			_ = d.Ack(false)
 		}
 	}()
-	return &wg
+	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(stop)
+	return l, stop
+}
+
+// commitN commits n events (each with its business row) spread round-robin
+// over the aggregates agg-0 … agg-(aggregates-1), and returns their ids.
+func (e *env) commitN(t *testing.T, n, aggregates int) map[string]bool {
+	t.Helper()
+	ids := make(map[string]bool, n)
+	for i := range n {
+		id, err := e.commit(context.Background(), aggID(i%aggregates), false)
+		require.NoError(t, err)
+		ids[id] = true
+	}
+	return ids
 }
 
 // waitFor polls cond until it holds or timeout passes.

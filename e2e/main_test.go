@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/devserver"
 	"github.com/ferry-outbox/ferry/internal/cli"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 )
 
 // childEnv marks a re-executed test binary that runs the ferry command
@@ -43,7 +44,7 @@ func run(m *testing.M) int {
 	}
 	defer srv.Stop()
 	temporalAddr, namespace = srv.FrontendAddress(), srv.Namespace()
-	tclient, err = client.DialContext(ctx, client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: quiet{}})
+	tclient, err = client.DialContext(ctx, client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: testenv.QuietLogger()})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: dial embedded Temporal server: %v\n", err)
 		return 1
@@ -51,10 +52,3 @@ func run(m *testing.M) int {
 	defer tclient.Close()
 	return m.Run()
 }
-
-type quiet struct{}
-
-func (quiet) Debug(string, ...any) {}
-func (quiet) Info(string, ...any)  {}
-func (quiet) Warn(string, ...any)  {}
-func (quiet) Error(string, ...any) {}

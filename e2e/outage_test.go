@@ -18,19 +18,13 @@ func TestTemporalOutageKeepsRows(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	proxy := testenv.NewProxy(t, temporalAddr)
-	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: quiet{}})
+	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: testenv.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(pc.Close)
 	e.startFerry(t, ferryOpts{temporal: pc})
-	ctx := context.Background()
 
 	proxy.Pause()
-	ids := map[string]bool{}
-	for i := range 12 {
-		id, err := e.commit(ctx, aggID(i%4), false)
-		require.NoError(t, err)
-		ids[id] = true
-	}
+	ids := e.commitN(t, 12, 4)
 	waitFor(t, 30*time.Second, "a failed signal recorded on the rows", func() bool {
 		return e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending' AND attempts > 0 AND last_error LIKE '%signal-with-start%'`) > 0
 	})
@@ -66,12 +60,7 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	require.Len(t, e.br.Collect(t, 1, 60*time.Second), 1)
 
 	proxy.Pause()
-	ids := map[string]bool{}
-	for i := range 12 {
-		id, err := e.commit(ctx, aggID(i%4), false)
-		require.NoError(t, err)
-		ids[id] = true
-	}
+	ids := e.commitN(t, 12, 4)
 	time.Sleep(2 * time.Second) // an outage of a few poll intervals and retries
 	require.Equal(t, 12, e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending'`))
 	proxy.Resume()

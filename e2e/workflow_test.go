@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -130,7 +131,7 @@ func TestOneRefusedAggregateDoesNotStopTheBatch(t *testing.T) {
 	e := setup(t)
 	r := &refuseSignals{id: workflows.WorkflowID(e.aggType, "bad")}
 	r.refuse.Store(true)
-	pc, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: quiet{}, Interceptors: []interceptor.ClientInterceptor{r}})
+	pc, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: testenv.QuietLogger(), Interceptors: []interceptor.ClientInterceptor{r}})
 	require.NoError(t, err)
 	t.Cleanup(pc.Close)
 	e.startFerry(t, ferryOpts{temporal: pc})

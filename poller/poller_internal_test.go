@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
@@ -36,18 +34,7 @@ const testSignalTimeout = 200 * time.Millisecond
 // on; it never dials until used, and every call through it fails.
 func deadTemporal(t *testing.T) client.Client {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	c, err := client.NewLazyClient(client.Options{
-		HostPort:  addr,
-		Namespace: "default",
-		Logger:    sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
-	})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	return c
+	return testenv.LazyTemporal(t, testenv.ClosedAddr(t))
 }
 
 func testLogger(t *testing.T) *slog.Logger {

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"os"
 	"testing"
@@ -12,13 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -34,24 +33,7 @@ func TestMain(m *testing.M) {
 // temporalAt returns a lazy client for addr; it dials only when used.
 func temporalAt(t *testing.T, addr string) client.Client {
 	t.Helper()
-	c, err := client.NewLazyClient(client.Options{
-		HostPort:  addr,
-		Namespace: "default",
-		Logger:    sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
-	})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	return c
-}
-
-// closedAddr is a local address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	return testenv.LazyTemporal(t, addr)
 }
 
 func testActivities(t *testing.T) *activities.Activities {
@@ -68,7 +50,7 @@ func testActivities(t *testing.T) *activities.Activities {
 
 func TestNewRequiresDependencies(t *testing.T) {
 	t.Parallel()
-	temporal := temporalAt(t, closedAddr(t))
+	temporal := temporalAt(t, testenv.ClosedAddr(t))
 	acts := testActivities(t)
 
 	_, err := worker.New(worker.Config{Activities: acts})
@@ -83,7 +65,7 @@ func TestNewRequiresDependencies(t *testing.T) {
 
 func TestNewFillsDefaults(t *testing.T) {
 	t.Parallel()
-	temporal := temporalAt(t, closedAddr(t))
+	temporal := temporalAt(t, testenv.ClosedAddr(t))
 	acts := testActivities(t)
 
 	// Zero MaxConcurrentActivities means the default (64), not "none".
@@ -124,7 +106,7 @@ func TestStopWithoutStart(t *testing.T) {
 
 func TestStartFailsWithoutTemporal(t *testing.T) {
 	t.Parallel()
-	w, err := worker.New(worker.Config{Temporal: temporalAt(t, closedAddr(t)), Activities: testActivities(t)})
+	w, err := worker.New(worker.Config{Temporal: temporalAt(t, testenv.ClosedAddr(t)), Activities: testActivities(t)})
 	require.NoError(t, err)
 
 	err = w.Start(t.Context())

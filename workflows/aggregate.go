@@ -17,20 +17,21 @@ import (
 // before it is retried: one publish and two short statements fit well in 10s.
 var publishOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    30 * time.Second,
-	},
+	RetryPolicy:         retryWithoutLimit,
 }
 
 var cursorOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    30 * time.Second,
-	},
+	RetryPolicy:         retryWithoutLimit,
+}
+
+// retryWithoutLimit: 1s, 2s, 4s… capped at 30s, no attempt limit. Errors
+// marked non-retryable (a row that is missing or does not match its
+// signal) still fail at once.
+var retryWithoutLimit = &temporal.RetryPolicy{
+	InitialInterval:    time.Second,
+	BackoffCoefficient: 2,
+	MaximumInterval:    30 * time.Second,
 }
 
 // Aggregate is the per-aggregate workflow: it publishes the aggregate's events
@@ -75,8 +76,9 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 			}).Get(ctx, &res)
 			st.publishing = 0
 			if err != nil {
-				// Only cancellation or termination gets here: the retry
-				// policy has no attempt limit.
+				// Cancellation, termination, or a non-retryable error (the
+				// row is missing or does not match its signal): the run
+				// fails, visibly, and the aggregate waits at this version.
 				return err
 			}
 			st.done(ev)
