@@ -329,4 +329,3 @@ func portFree(host string, port int) error {
 	}
 	return l.Close()
 }
-
