@@ -32,16 +32,14 @@ func Options(cfg Config, roles Roles, logger *slog.Logger) fx.Option {
 	opts := []fx.Option{
 		fx.Supply(cfg, logger),
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
-		fx.Provide(NewPool, NewTemporalClient),
+		PostgresModule,
+		TemporalModule,
 	}
 	if roles.Worker {
-		opts = append(opts,
-			fx.Provide(NewPublisher, newActivities, workerConfig),
-			worker.Module,
-		)
+		opts = append(opts, WorkerModule)
 	}
 	if roles.Poller {
-		opts = append(opts, fx.Provide(pollerConfig), poller.Module)
+		opts = append(opts, PollerModule)
 	}
 	return fx.Options(opts...)
 }
@@ -84,23 +82,31 @@ func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 }
 
 // NewTemporalClient dials Temporal; fx closes the client on stop.
-func NewTemporalClient(lc fx.Lifecycle, cfg Config, logger *slog.Logger) (client.Client, error) {
+func NewTemporalClient(p Params) (client.Client, error) {
+	cfg := p.Config
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
 	defer cancel()
-	c, err := DialTemporal(ctx, cfg, logger)
+	c, err := DialTemporal(ctx, cfg, p.logger())
 	if err != nil {
 		return nil, err
 	}
-	lc.Append(fx.StopHook(c.Close))
+	p.Lifecycle.Append(fx.StopHook(c.Close))
 	return c, nil
 }
 
-// DialTemporal dials the Temporal frontend and checks that it answers.
+// DialTemporal dials the Temporal frontend (with TLS, mTLS and an API key
+// when configured) and checks that it answers.
 func DialTemporal(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, error) {
+	conn, creds, err := cfg.temporalConnection()
+	if err != nil {
+		return nil, err
+	}
 	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.Namespace,
-		Logger:    sdklog.NewStructuredLogger(sdkLogger(logger)),
+		HostPort:          cfg.TemporalAddress,
+		Namespace:         cfg.Namespace,
+		Logger:            sdklog.NewStructuredLogger(sdkLogger(logger)),
+		ConnectionOptions: conn,
+		Credentials:       creds,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach Temporal at %s (namespace %q): %s\n  Is a Temporal server running there? `ferry dev` starts an embedded one; set --temporal-address or FERRY_TEMPORAL_ADDRESS to point elsewhere",
@@ -112,32 +118,46 @@ func DialTemporal(ctx context.Context, cfg Config, logger *slog.Logger) (client.
 // NewPublisher creates the RabbitMQ publisher and checks that the broker
 // answers; fx closes it on stop.
 func NewPublisher(lc fx.Lifecycle, cfg Config) (*broker.Publisher, error) {
-	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout})
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
 	defer cancel()
-	if err := pub.Connect(ctx); err != nil {
-		return nil, fmt.Errorf("cannot reach RabbitMQ at %s: %s\n  Is it running? Set --amqp-url or FERRY_AMQP_URL to point elsewhere", broker.Redact(cfg.AMQPURL), shortErr(err))
+	pub, err := OpenPublisher(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
 	lc.Append(fx.StopHook(pub.Close))
 	return pub, nil
 }
 
-func newActivities(cfg Config, pool *pgxpool.Pool, pub *broker.Publisher) (*activities.Activities, error) {
-	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
+// OpenPublisher creates the RabbitMQ publisher and checks that the broker
+// answers, with an error that says what to do when it does not.
+func OpenPublisher(ctx context.Context, cfg Config) (*broker.Publisher, error) {
+	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout})
 	if err != nil {
 		return nil, err
 	}
-	return activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key})
+	if err := pub.Connect(ctx); err != nil {
+		_ = pub.Close()
+		return nil, fmt.Errorf("cannot reach RabbitMQ at %s: %s\n  Is it running? Set --amqp-url or FERRY_AMQP_URL to point elsewhere", broker.Redact(cfg.AMQPURL), shortErr(err))
+	}
+	return pub, nil
 }
 
-func workerConfig(cfg Config, c client.Client, acts *activities.Activities) worker.Config {
-	return worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue}
+// WorkerConfig is the worker's configuration over pool, Temporal and the
+// publisher.
+func WorkerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher) (worker.Config, error) {
+	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key})
+	if err != nil {
+		return worker.Config{}, err
+	}
+	return worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue}, nil
 }
 
-func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) poller.Config {
+// PollerConfig is the poller's configuration over pool and Temporal.
+func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) poller.Config {
 	return poller.Config{
 		Pool:         pool,
 		Temporal:     c,

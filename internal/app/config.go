@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/poller"
 )
 
@@ -38,6 +39,24 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ConnectTimeout bounds reaching each dependency at start; default 10s.
 	ConnectTimeout time.Duration
+
+	// TemporalTLS dials Temporal over TLS, verifying the server against the
+	// system's roots. Implied by every TemporalTLS* setting below and by
+	// TemporalAPIKey. Default false (plaintext, for a local server).
+	TemporalTLS bool
+	// TemporalTLSCA is a PEM file of the CAs that verify Temporal's
+	// certificate instead of the system's roots. Default: none.
+	TemporalTLSCA string
+	// TemporalTLSCert and TemporalTLSKey are PEM files of a client
+	// certificate and its key, for mTLS. Set both or neither. Default: none.
+	TemporalTLSCert string
+	TemporalTLSKey  string
+	// TemporalTLSServerName is the name expected in Temporal's certificate.
+	// Default: the host of TemporalAddress.
+	TemporalTLSServerName string
+	// TemporalAPIKey is sent as a bearer token (Temporal Cloud API keys),
+	// always over TLS. A secret: never printed. Default: none.
+	TemporalAPIKey string
 }
 
 // Defaults for this machine's local services.
@@ -70,6 +89,14 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.BatchSize < 1 {
 		return c, errors.New("batch size must be at least 1")
+	}
+	if err := c.validateTemporalTLS(); err != nil {
+		return c, err
+	}
+	// The broker's checks of the URL's scheme and the exchange name, without
+	// dialling.
+	if _, err := broker.New(broker.Config{URL: c.AMQPURL, Exchange: c.Exchange}); err != nil {
+		return c, err
 	}
 	// The poller's own checks, before anything is dialled.
 	if err := (poller.Config{BatchSize: c.BatchSize, Lease: c.Lease, PollInterval: c.PollInterval}).Validate(); err != nil {

@@ -1,0 +1,68 @@
+package app
+
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+
+	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/worker"
+)
+
+// The fx modules below need a Config in the graph; each fills its defaults
+// and validates it for itself (fx.Decorate is scoped to the module), so a
+// service can supply Config{} with only what it changes. A *slog.Logger is
+// optional (default slog.Default()).
+var (
+	// PostgresModule provides a *pgxpool.Pool from Config.PostgresURL.
+	PostgresModule = fx.Module("ferry.postgres",
+		fx.Decorate(withDefaults),
+		fx.Provide(NewPool),
+	)
+	// TemporalModule provides a client.Client from Config's Temporal
+	// settings.
+	TemporalModule = fx.Module("ferry.temporal",
+		fx.Decorate(withDefaults),
+		fx.Provide(NewTemporalClient),
+	)
+	// PollerModule runs the poller (PostgreSQL → Temporal). Needs a
+	// *pgxpool.Pool and a client.Client.
+	PollerModule = fx.Module("ferry.poller",
+		fx.Decorate(withDefaults),
+		fx.Provide(fx.Private, pollerConfig),
+		poller.Module,
+	)
+	// WorkerModule runs the worker (Temporal → RabbitMQ) with its own
+	// publisher from Config.AMQPURL. Needs a *pgxpool.Pool and a
+	// client.Client.
+	WorkerModule = fx.Module("ferry.worker",
+		fx.Decorate(withDefaults),
+		fx.Provide(fx.Private, NewPublisher),
+		fx.Provide(fx.Private, WorkerConfig),
+		worker.Module,
+	)
+)
+
+// Params are the dependencies shared by the modules' constructors.
+type Params struct {
+	fx.In
+
+	Lifecycle fx.Lifecycle
+	Config    Config
+	Logger    *slog.Logger `optional:"true"`
+}
+
+func (p Params) logger() *slog.Logger {
+	if p.Logger == nil {
+		return slog.Default()
+	}
+	return p.Logger
+}
+
+func withDefaults(c Config) (Config, error) { return c.WithDefaults() }
+
+func pollerConfig(p Params, pool *pgxpool.Pool, c client.Client) poller.Config {
+	return PollerConfig(p.Config, pool, c, p.logger())
+}

@@ -1,0 +1,45 @@
+package ferry
+
+import (
+	"go.uber.org/fx"
+
+	"github.com/ferry-outbox/ferry/internal/app"
+)
+
+// Config is Ferry's one configuration: the same settings as the ferry
+// command's flags, FERRY_* environment variables and config file (see
+// README, Configuration). Zero fields take the defaults documented on each
+// field; the modules and New fill them and validate.
+type Config = app.Config
+
+// Roles says which components New builds.
+type Roles = app.Roles
+
+// fx modules for services that embed Ferry. Each needs a Config in the graph
+// (fx.Supply(ferry.Config{…})); a *slog.Logger is optional.
+//
+//	fx.New(
+//		fx.Supply(ferry.Config{AMQPURL: "amqps://…"}),
+//		fx.Provide(newServicePool),   // or ferry.Postgres
+//		ferry.Temporal,               // or a client.Client of your own
+//		ferry.Poller, ferry.Worker,   // either or both
+//	)
+var (
+	// Poller relays committed outbox rows to one Temporal workflow per
+	// aggregate. Needs a *pgxpool.Pool and a client.Client in the graph.
+	Poller = app.PollerModule
+	// Worker hosts the aggregate workflow and the publish activity, with a
+	// RabbitMQ publisher of its own (Config.AMQPURL, Config.Exchange).
+	// Needs a *pgxpool.Pool and a client.Client in the graph.
+	Worker = app.WorkerModule
+	// Postgres provides a *pgxpool.Pool from Config.PostgresURL, for a
+	// service that has none in its graph yet.
+	Postgres = app.PostgresModule
+	// Temporal provides a client.Client from Config's Temporal settings
+	// (address, namespace, TLS, API key).
+	Temporal = app.TemporalModule
+)
+
+// Module is everything for a service that brings nothing but a Config:
+// Postgres, Temporal, Poller and Worker.
+var Module = fx.Options(Postgres, Temporal, Poller, Worker)

@@ -1,0 +1,138 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/worker"
+)
+
+// Deps are what a service already has and lends to Ferry. Ferry never closes
+// them.
+type Deps struct {
+	// Pool reaches the outbox tables. Required. With least-privilege roles
+	// (schema/roles.sql) its role needs the relay's grants.
+	Pool *pgxpool.Pool
+	// Temporal is the client Ferry signals and polls with. Required.
+	Temporal client.Client
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Relay is a poller and/or a worker for services that do not use fx. It
+// follows the usual contract: Start returns quickly, Stop waits and may be
+// called more than once.
+type Relay struct {
+	cfg    Config
+	poller *poller.Poller
+	worker *worker.Worker
+	pub    *broker.Publisher
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+}
+
+// New validates cfg (filling its defaults) and builds the components roles
+// asks for. It dials nothing; Start does.
+func New(cfg Config, deps Deps, roles Roles) (*Relay, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case deps.Pool == nil:
+		return nil, errors.New("ferry: Deps.Pool is nil")
+	case deps.Temporal == nil:
+		return nil, errors.New("ferry: Deps.Temporal is nil")
+	case !roles.Poller && !roles.Worker:
+		return nil, errors.New("ferry: Roles: choose the poller, the worker or both")
+	}
+	logger := deps.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	r := &Relay{cfg: cfg}
+	if roles.Worker {
+		// Not dialled yet: Start connects it, and a publish redials.
+		if r.pub, err = broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout}); err != nil {
+			return nil, err
+		}
+		wcfg, err := app.WorkerConfig(cfg, deps.Pool, deps.Temporal, r.pub)
+		if err != nil {
+			return nil, err
+		}
+		if r.worker, err = worker.New(wcfg); err != nil {
+			return nil, err
+		}
+	}
+	if roles.Poller {
+		if r.poller, err = poller.New(app.PollerConfig(cfg, deps.Pool, deps.Temporal, logger)); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Start connects to RabbitMQ (worker) and starts the worker, then the
+// poller. On error nothing is left running.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started || r.stopped {
+		return errors.New("ferry: relay already started")
+	}
+	r.started = true
+	if r.worker != nil {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.ConnectTimeout)
+		defer cancel()
+		if err := r.pub.Connect(cctx); err != nil {
+			return fmt.Errorf("ferry: connect to RabbitMQ at %s: %w", broker.Redact(r.cfg.AMQPURL), err)
+		}
+		if err := r.worker.Start(ctx); err != nil {
+			r.stopLocked()
+			return err
+		}
+	}
+	if r.poller != nil {
+		if err := r.poller.Start(ctx); err != nil {
+			r.stopLocked()
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops the poller (its batch in hand finishes or waits out its
+// lease), then the worker (running publishes finish), then closes the
+// publisher. Safe to call more than once, and without Start.
+func (r *Relay) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopLocked()
+}
+
+func (r *Relay) stopLocked() {
+	if r.stopped {
+		return
+	}
+	r.stopped = true
+	if r.poller != nil {
+		r.poller.Stop()
+	}
+	if r.worker != nil {
+		r.worker.Stop()
+	}
+	if r.pub != nil {
+		_ = r.pub.Close()
+	}
+}
