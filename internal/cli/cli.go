@@ -36,8 +36,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 type globals struct {
-	cfg      app.Config
-	logLevel string
+	cfg        app.Config
+	logLevel   string
+	configFile string
 	stdout   io.Writer
 	stderr   io.Writer
 }
@@ -69,6 +70,8 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.DurationVar(&g.cfg.PollInterval, "poll-interval", envDuration("FERRY_POLL_INTERVAL", time.Second), "fallback poll interval when no NOTIFY arrives (FERRY_POLL_INTERVAL)")
 	f.DurationVar(&g.cfg.IdleTimeout, "idle-timeout", envDuration("FERRY_IDLE_TIMEOUT", time.Minute), "an idle aggregate workflow completes after this (FERRY_IDLE_TIMEOUT)")
 	f.StringVar(&g.logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (FERRY_LOG_LEVEL)")
+	addTemporalSecurityFlags(f, g)
+	addConfigFileFlag(root, g)
 
 	root.AddCommand(
 		migrateCmd(g),
