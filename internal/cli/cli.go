@@ -39,8 +39,8 @@ type globals struct {
 	cfg        app.Config
 	logLevel   string
 	configFile string
-	stdout   io.Writer
-	stderr   io.Writer
+	stdout     io.Writer
+	stderr     io.Writer
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
