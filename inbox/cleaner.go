@@ -1,0 +1,198 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// CleanerConfig configures a Cleaner.
+type CleanerConfig struct {
+	// Pool reaches the inbox tables. Required.
+	Pool *pgxpool.Pool
+	// Consumer whose rows are cleaned. Required.
+	Consumer string
+	// Retention is how long an applied event's id is kept. It must exceed the
+	// longest window in which the event can still arrive again: broker
+	// redeliveries, the gap wait, and an operator replaying parked or
+	// dead-lettered messages. Under PerAggregate a redelivery after the
+	// retention is still dropped (as Stale) by the aggregate's cursor.
+	// Default 168h (7 days); at least 1h.
+	Retention time.Duration
+	// BatchSize is the most rows one DELETE removes. Each batch is its own
+	// short transaction, so the cleaner never holds back vacuum. Default
+	// 1000; 1 to 1000.
+	BatchSize int
+	// Interval between rounds. Default 10m.
+	Interval time.Duration
+	// Timeout bounds one DELETE statement. Default 30s.
+	Timeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Cleaner deletes inbox rows past their retention in bounded batches. Any
+// number of instances may run: a session advisory lock per consumer lets one
+// of them clean at a time and the others skip the round.
+type Cleaner struct {
+	cfg  CleanerConfig
+	log  *slog.Logger
+	lock int64
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewCleaner validates cfg and fills its defaults.
+func NewCleaner(cfg CleanerConfig) (*Cleaner, error) {
+	cfg.Retention = cmp.Or(cfg.Retention, 168*time.Hour)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
+	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Minute)
+	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("inbox: CleanerConfig.Pool is nil")
+	case !consumerName.MatchString(cfg.Consumer):
+		return nil, fmt.Errorf("inbox: CleanerConfig.Consumer %q: use 1-100 letters, digits, '_', '.', ':' or '-'", cfg.Consumer)
+	case cfg.Retention < time.Hour:
+		return nil, fmt.Errorf("inbox: CleanerConfig.Retention %s: must be at least 1h (and longer than any redelivery or replay window)", cfg.Retention)
+	case cfg.BatchSize < 1 || cfg.BatchSize > 1000:
+		return nil, fmt.Errorf("inbox: CleanerConfig.BatchSize %d: must be 1 to 1000", cfg.BatchSize)
+	case cfg.Interval < time.Second:
+		return nil, fmt.Errorf("inbox: CleanerConfig.Interval %s: must be at least 1s", cfg.Interval)
+	case cfg.Timeout <= 0:
+		return nil, fmt.Errorf("inbox: CleanerConfig.Timeout %s: must be positive", cfg.Timeout)
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("ferry.inbox.clean:" + cfg.Consumer))
+	return &Cleaner{
+		cfg:  cfg,
+		log:  cfg.Logger.With("component", "inbox-cleaner", "consumer", cfg.Consumer),
+		lock: int64(h.Sum64()),
+	}, nil
+}
+
+const (
+	// Oldest first, through inbox_processed_events_retention_idx. The cutoff
+	// is the database's clock, so skewed application clocks cannot shorten
+	// the retention.
+	sqlDeleteBatch = `
+DELETE FROM inbox_processed_events
+WHERE consumer_name = $1 AND event_id IN (
+    SELECT event_id FROM inbox_processed_events
+    WHERE consumer_name = $1 AND processed_at < now() - make_interval(secs => $2)
+    ORDER BY processed_at
+    LIMIT $3)`
+
+	// Session-level and keyed by schema and consumer: held for one round on
+	// one dedicated connection, released with it if the process dies.
+	sqlTryLock = `SELECT pg_try_advisory_lock(hashtext(current_schema()), $1::int)`
+	sqlUnlock  = `SELECT pg_advisory_unlock(hashtext(current_schema()), $1::int)`
+)
+
+// RunOnce deletes expired rows batch by batch until a batch comes back short.
+// It returns the number deleted, and 0 without error when another runner
+// holds the lock.
+func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
+	conn, err := c.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("inbox cleaner: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	// Two int4 keys: the pg_advisory_lock(int, int) space, apart from
+	// Ferry's other (single bigint / xact) locks.
+	key := int32(c.lock)
+	var got bool
+	if err := conn.QueryRow(ctx, sqlTryLock, key).Scan(&got); err != nil {
+		return 0, fmt.Errorf("inbox cleaner: lock: %w", err)
+	}
+	if !got {
+		c.log.Debug("another cleaner is running; skipping this round")
+		return 0, nil
+	}
+	defer func() {
+		// Detached: ctx may be why we return, and a lock left held would
+		// stay with the pooled connection.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, sqlUnlock, key); err != nil {
+			// Do not return a connection that may still hold the lock.
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+
+	total := 0
+	for {
+		qctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		tag, err := conn.Exec(qctx, sqlDeleteBatch, c.cfg.Consumer, c.cfg.Retention.Seconds(), c.cfg.BatchSize)
+		cancel()
+		if err != nil {
+			return total, fmt.Errorf("inbox cleaner: delete expired rows: %w", err)
+		}
+		n := int(tag.RowsAffected())
+		total += n
+		if n < c.cfg.BatchSize {
+			return total, nil
+		}
+	}
+}
+
+// Start runs a round now and then every Interval until Stop. It returns at
+// once.
+func (c *Cleaner) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done != nil {
+		return errors.New("inbox cleaner: already started")
+	}
+	// The loop outlives Start's ctx (often a start-up deadline); Stop ends it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	go c.loop(ctx, c.done)
+	return nil
+}
+
+// Stop ends the loop and waits for the batch in hand. Safe to call more than
+// once.
+func (c *Cleaner) Stop() {
+	c.mu.Lock()
+	cancel, done := c.cancel, c.done
+	c.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		n, err := c.RunOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			c.log.Warn("inbox cleaning failed; retrying next round", "error", err, "retry_in", c.cfg.Interval)
+		case n > 0:
+			c.log.Info("deleted expired inbox rows", "rows", n, "retention", c.cfg.Retention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
