@@ -2,6 +2,7 @@ package ferry_test
 
 import (
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,63 +11,150 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-type compose struct {
-	Services map[string]struct {
-		Image       string         `yaml:"image"`
-		Build       any            `yaml:"build"`
-		Ports       []string       `yaml:"ports"`
-		Healthcheck map[string]any `yaml:"healthcheck"`
-		DependsOn   map[string]struct {
-			Condition string `yaml:"condition"`
-		} `yaml:"depends_on"`
-		Environment map[string]string `yaml:"environment"`
-	} `yaml:"services"`
+type service struct {
+	Image       string   `yaml:"image"`
+	Build       any      `yaml:"build"`
+	Command     []string `yaml:"command"`
+	Ports       []string `yaml:"ports"`
+	Healthcheck struct {
+		Test    []string `yaml:"test"`
+		Disable bool     `yaml:"disable"`
+	} `yaml:"healthcheck"`
+	DependsOn map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+	Environment map[string]string `yaml:"environment"`
+	Deploy      struct {
+		Replicas int `yaml:"replicas"`
+	} `yaml:"deploy"`
+	Restart string `yaml:"restart"`
 }
 
-// docker-compose.yml cannot run here (no Docker engine), so its structure
-// is checked instead: the services exist, ports stay on localhost,
-// dependencies point at services with the health checks they wait for, and
-// no password has a default.
-func TestDockerComposeIsConsistent(t *testing.T) {
-	t.Parallel()
+type compose struct {
+	Services map[string]service `yaml:"services"`
+}
+
+func loadCompose(t *testing.T) (compose, string) {
+	t.Helper()
 	raw, err := os.ReadFile("docker-compose.yml")
 	require.NoError(t, err)
 	var c compose
 	require.NoError(t, yaml.Unmarshal(raw, &c), "docker-compose.yml is not valid YAML")
+	return c, string(raw)
+}
 
-	for _, name := range []string{"postgres", "rabbitmq", "temporal", "temporal-ui", "ferry-migrate", "ferry"} {
+// docker-compose.yml cannot run here (no Docker engine), so its structure
+// is checked instead: the services exist with pinned images and health
+// checks, ports stay on localhost, dependencies wait for what they need, and
+// no password has a default.
+func TestDockerComposeIsConsistent(t *testing.T) {
+	t.Parallel()
+	c, raw := loadCompose(t)
+
+	// Jobs run to completion; everything else is checked for health.
+	jobs := []string{"ferry-migrate"}
+	for _, name := range []string{"postgres", "rabbitmq", "temporal", "temporal-ui", "ferry-migrate", "ferry-worker", "ferry-poller"} {
 		require.Contains(t, c.Services, name)
 	}
+	pinned := regexp.MustCompile(`^[a-z0-9./_-]+:[0-9][A-Za-z0-9._-]*$`)
 	for name, s := range c.Services {
 		require.True(t, s.Image != "" || s.Build != nil, "service %s has neither image nor build", name)
+		if s.Build == nil {
+			require.Regexp(t, pinned, s.Image, "service %s: pin the image to a version", name)
+		}
 		for _, p := range s.Ports {
 			require.True(t, strings.HasPrefix(p, "127.0.0.1:"), "service %s publishes %q beyond localhost", name, p)
+		}
+		if slices.Contains(jobs, name) {
+			require.Equal(t, "no", s.Restart, "job %s must not restart", name)
+		} else {
+			require.False(t, s.Healthcheck.Disable, "service %s: health check disabled", name)
+			require.NotEmpty(t, s.Healthcheck.Test, "service %s has no health check", name)
+			require.NotEqual(t, "no", s.Restart, "service %s must restart", name)
 		}
 		for dep, cond := range s.DependsOn {
 			target, ok := c.Services[dep]
 			require.True(t, ok, "service %s depends on unknown service %s", name, dep)
-			require.True(t, slices.Contains([]string{"service_healthy", "service_completed_successfully", "service_started"}, cond.Condition),
-				"service %s: condition %q on %s", name, cond.Condition, dep)
-			if cond.Condition == "service_healthy" {
-				require.NotEmpty(t, target.Healthcheck, "service %s waits for %s to be healthy, but it has no healthcheck", name, dep)
+			switch cond.Condition {
+			case "service_healthy":
+				require.NotEmpty(t, target.Healthcheck.Test, "service %s waits for %s to be healthy, but it has no health check", name, dep)
+			case "service_completed_successfully":
+				require.Contains(t, jobs, dep, "service %s waits for %s to complete, but it is no job", name, dep)
+			case "service_started":
+			default:
+				t.Fatalf("service %s: condition %q on %s", name, cond.Condition, dep)
 			}
 		}
 		for k, v := range s.Environment {
 			if strings.Contains(k, "PASS") || strings.Contains(k, "PWD") || strings.HasSuffix(k, "_URL") {
-				require.NotRegexp(t, `:-`, v, "service %s: %s must not have a default password", name, k)
+				require.NotContains(t, v, ":-", "service %s: %s must not have a default password", name, k)
+				require.NotContains(t, v, "guest", "service %s: %s uses the guest account", name, k)
 			}
 		}
 	}
-	require.Equal(t, []string{"run"}, commandOf(t, raw, "ferry"))
+	// Every password comes from the environment and is required.
+	for _, m := range regexp.MustCompile(`\$\{([A-Z_]*(?:PASSWORD|PASS|PWD)[A-Z_]*)([^}]*)\}`).FindAllStringSubmatch(raw, -1) {
+		require.True(t, strings.HasPrefix(m[2], ":?"), "${%s%s}: a password must be required (:?), never defaulted", m[1], m[2])
+	}
+
+	// The dependency order of the issue: PostgreSQL → Temporal → migrate →
+	// worker and pollers.
+	requireDependsOn(t, c, "temporal", "postgres", "service_healthy")
+	requireDependsOn(t, c, "temporal-ui", "temporal", "service_healthy")
+	requireDependsOn(t, c, "ferry-migrate", "postgres", "service_healthy")
+	for _, relay := range []string{"ferry-worker", "ferry-poller"} {
+		requireDependsOn(t, c, relay, "ferry-migrate", "service_completed_successfully")
+		requireDependsOn(t, c, relay, "temporal", "service_healthy")
+	}
+	requireDependsOn(t, c, "ferry-worker", "rabbitmq", "service_healthy")
+
+	// Ferry runs as separate poller and worker services, two pollers.
+	require.Equal(t, []string{"migrate"}, c.Services["ferry-migrate"].Command)
+	require.Equal(t, []string{"worker"}, c.Services["ferry-worker"].Command)
+	require.Equal(t, []string{"poller"}, c.Services["ferry-poller"].Command)
+	require.Equal(t, 2, c.Services["ferry-poller"].Deploy.Replicas)
+	// The health check runs the image's binary (no shell or curl in it).
+	for _, name := range []string{"ferry-worker", "ferry-poller"} {
+		require.Equal(t, []string{"CMD", "/ferry", "ping"}, c.Services[name].Healthcheck.Test, name)
+	}
+	require.Contains(t, c.Services["rabbitmq"].Image, "-management", "RabbitMQ with its management UI")
+	require.Contains(t, c.Services["rabbitmq"].Ports, "127.0.0.1:15672:15672", "management UI on localhost")
+	require.Equal(t, "postgres12", c.Services["temporal"].Environment["DB"], "Temporal persists in PostgreSQL")
 }
 
-func commandOf(t *testing.T, raw []byte, service string) []string {
+func requireDependsOn(t *testing.T, c compose, service, dep, condition string) {
 	t.Helper()
-	var c struct {
-		Services map[string]struct {
-			Command []string `yaml:"command"`
-		} `yaml:"services"`
+	d, ok := c.Services[service].DependsOn[dep]
+	require.True(t, ok, "%s must depend on %s", service, dep)
+	require.Equal(t, condition, d.Condition, "%s on %s", service, dep)
+}
+
+// The Dockerfile builds with the Go version of go.mod, without cgo (the
+// embedded Temporal server's SQLite is pure Go), into a non-root image
+// whose entry point is the path the compose health checks use.
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("Dockerfile")
+	require.NoError(t, err)
+	mod, err := os.ReadFile("go.mod")
+	require.NoError(t, err)
+	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+	require.NotNil(t, goVersion, "go.mod has no go directive")
+
+	var froms []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "FROM" {
+			froms = append(froms, f[1])
+		}
 	}
-	require.NoError(t, yaml.Unmarshal(raw, &c))
-	return c.Services[service].Command
+	require.GreaterOrEqual(t, len(froms), 2, "multi-stage build")
+	require.True(t, strings.HasPrefix(froms[0], "golang:"+string(goVersion[1])), "build stage %s: use go.mod's Go %s", froms[0], goVersion[1])
+	final := froms[len(froms)-1]
+	require.Contains(t, final, "distroless/static", "a small final image without a shell")
+	require.Contains(t, final, ":nonroot")
+	df := string(raw)
+	require.Contains(t, df, "CGO_ENABLED=0")
+	last := df[strings.LastIndex(df, "FROM "):]
+	require.Regexp(t, `(?m)^USER nonroot`, last, "the final stage runs as non-root")
+	require.Contains(t, last, `ENTRYPOINT ["/ferry"]`)
 }

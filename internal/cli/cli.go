@@ -72,6 +72,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.StringVar(&g.logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (FERRY_LOG_LEVEL)")
 	addTemporalSecurityFlags(f, g)
 	addConfigFileFlag(root, g)
+	root.AddCommand(pingCmd(g))
 
 	root.AddCommand(
 		migrateCmd(g),

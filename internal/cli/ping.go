@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-outbox/ferry/internal/app"
+)
+
+// pingCmd checks, with the process's own configuration and credentials,
+// that PostgreSQL, Temporal and RabbitMQ answer. It is the container health
+// check (the image has no shell or curl): a poller or worker whose
+// dependencies are unreachable with its settings is reported unhealthy.
+// Liveness of the process itself needs no check: it exits on a fatal error.
+func pingCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ping",
+		Short: "Check that PostgreSQL, Temporal and RabbitMQ answer with this configuration (health check)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, logger, err := g.config()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ConnectTimeout)
+			defer cancel()
+			pool, err := app.OpenPool(ctx, cfg.PostgresURL)
+			if err != nil {
+				return err
+			}
+			pool.Close()
+			c, err := app.DialTemporal(ctx, cfg, logger)
+			if err != nil {
+				return err
+			}
+			c.Close()
+			pub, err := app.OpenPublisher(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			_ = pub.Close()
+			fmt.Fprintln(g.stdout, "ferry: PostgreSQL, Temporal and RabbitMQ answer")
+			return nil
+		},
+	}
+}
