@@ -132,9 +132,12 @@ func TestSameEventConcurrentlyTakesEffectOnce(t *testing.T) {
 		for {
 			var waiting int
 			// Through tx: the pool's other connections may all be taken
-			// by the instances waiting on this one.
-			err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO inbox_processed_events%'`).Scan(&waiting)
+			// by the instances waiting on this one. pg_locks is read
+			// afresh by every statement, and a peer blocked on the
+			// event's row waits for this transaction's id.
+			err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+				WHERE locktype = 'transactionid' AND NOT granted
+				  AND transactionid = pg_current_xact_id()::text::xid`).Scan(&waiting)
 			if err != nil {
 				return err
 			}
