@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.uber.org/fx"
+
+	ferryoutbox "github.com/ferry-outbox/ferry"
+	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/examples/orders"
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// The example service as its README walks it: POST /orders, then the
+// order.created message on RabbitMQ and the aggregate's workflow in
+// Temporal, with the poller and worker embedded in the service.
+func TestOrdersExampleEndToEnd(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	br := testenv.RabbitMQ(t)
+	ctx := context.Background()
+
+	var srv *orders.Server
+	app := fx.New(fx.NopLogger, fx.Populate(&srv), orders.Options(orders.Config{
+		HTTPAddress: "127.0.0.1:0",
+		Ferry: ferryoutbox.Config{
+			PostgresURL:     db.URL,
+			AMQPURL:         br.URL,
+			TemporalAddress: temporalAddr,
+			Namespace:       namespace,
+			TaskQueue:       testenv.Name("tq"),
+			Exchange:        br.Exchange,
+			PollInterval:    200 * time.Millisecond,
+		},
+	}))
+	require.NoError(t, app.Err())
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, app.Stop(context.Background())) })
+
+	post := func(body string) (int, string) {
+		resp, err := http.Post("http://"+srv.Addr()+"/orders", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+
+	// A refused request writes nothing, so it can never be published.
+	code, body := post(`{"customer": "", "total_cents": 4200}`)
+	require.Equal(t, http.StatusBadRequest, code, body)
+
+	code, body = post(`{"customer": "ada", "total_cents": 4200}`)
+	require.Equal(t, http.StatusCreated, code, body)
+	var created orders.Created
+	require.NoError(t, json.Unmarshal([]byte(body), &created))
+	require.Equal(t, workflows.WorkflowID("order", created.OrderID), created.WorkflowID)
+
+	d, ok := br.Get(t, 30*time.Second)
+	require.True(t, ok, "order.created reached RabbitMQ")
+	require.Equal(t, "order.created", d.RoutingKey)
+	require.Equal(t, created.EventID, d.MessageId)
+	require.Equal(t, "created", d.Type)
+	require.Equal(t, created.OrderID, d.Headers[activities.HeaderAggregateID])
+	require.Equal(t, int64(1), d.Headers[activities.HeaderAggregateVersion])
+	var ev orders.OrderCreated
+	require.NoError(t, json.Unmarshal(d.Body, &ev))
+	require.Equal(t, orders.OrderCreated{OrderID: created.OrderID, Customer: "ada", TotalCents: 4200}, ev)
+
+	desc, err := tclient.DescribeWorkflowExecution(ctx, created.WorkflowID, "")
+	require.NoError(t, err, "the aggregate's workflow is in Temporal under %s", created.WorkflowID)
+	require.Equal(t, workflows.AggregateWorkflowName, desc.WorkflowExecutionInfo.Type.Name)
+	require.Contains(t, []enumspb.WorkflowExecutionStatus{
+		enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+	}, desc.WorkflowExecutionInfo.Status)
+
+	_, extra := br.Get(t, 500*time.Millisecond)
+	require.False(t, extra, "only the accepted order produced a message")
+}
+
+// ferry.New, for services without fx: the same relay over the service's
+// own pool and Temporal client.
+func TestEmbeddedRelayWithoutFx(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	r, err := ferryoutbox.New(ferryoutbox.Config{TaskQueue: e.taskQueue, AMQPURL: e.br.URL, Exchange: e.br.Exchange, PollInterval: 200 * time.Millisecond},
+		ferryoutbox.Deps{Pool: e.db.Pool, Temporal: tclient}, ferryoutbox.Roles{Poller: true, Worker: true})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	t.Cleanup(r.Stop)
+
+	l, stop := e.consume(t)
+	ids := e.commitN(t, 40, 4)
+	waitFor(t, time.Minute, "every event delivered", func() bool { return l.unique() == len(ids) })
+	stop()
+	l.requireInOrder(t)
+	r.Stop()
+	r.Stop()
+}
