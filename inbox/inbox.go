@@ -191,7 +191,7 @@ WHERE consumer_name = $1 AND aggregate_type = $2 AND aggregate_id = $3`
 // the outcomes). It returns ErrInvalidEvent for an event it cannot judge, a
 // *HandlerError when h failed, and other errors when PostgreSQL did.
 func (in *Inbox) Process(ctx context.Context, ev Event, h Handler) (Result, error) {
-	if err := in.validate(ev); err != nil {
+	if err := in.Validate(ev); err != nil {
 		return Result{}, err
 	}
 	tx, err := in.cfg.Pool.Begin(ctx)
@@ -256,7 +256,9 @@ func lockCursor(ctx context.Context, tx pgx.Tx, consumer string, ev Event) (int6
 	return 0, fmt.Errorf("inbox: cursor of %s/%s vanished while locking it", ev.AggregateType, ev.AggregateID)
 }
 
-func (in *Inbox) validate(ev Event) error {
+// Validate reports, with ErrInvalidEvent, an event that Process would
+// refuse. Process calls it itself; callers use it to quarantine early.
+func (in *Inbox) Validate(ev Event) error {
 	switch {
 	case ev.ID == "":
 		return fmt.Errorf("%w: no event id (message_id)", ErrInvalidEvent)
