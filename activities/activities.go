@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -35,6 +36,8 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Publisher sends to RabbitMQ. Required.
 	Publisher *broker.Publisher
+	// Metrics counts quarantines and repairs; nil counts nothing.
+	Metrics *metrics.Metrics
 	// RoutingKey builds a message's routing key. Default
 	// "<aggregate_type>.<event_type>".
 	RoutingKey func(aggregateType, eventType string) string
@@ -45,6 +48,7 @@ type Activities struct {
 	pool       *pgxpool.Pool
 	pub        *broker.Publisher
 	routingKey func(aggregateType, eventType string) string
+	metrics    *metrics.Metrics
 }
 
 // New validates cfg.
@@ -58,7 +62,7 @@ func New(cfg Config) (*Activities, error) {
 	if cfg.RoutingKey == nil {
 		cfg.RoutingKey = DefaultRoutingKey
 	}
-	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey}, nil
+	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey, metrics: cfg.Metrics}, nil
 }
 
 // DefaultRoutingKey is "<aggregate_type>.<event_type>".
@@ -75,6 +79,9 @@ type Registry interface {
 func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.PublishEvent, activity.RegisterOptions{Name: workflows.PublishEventActivity})
 	r.RegisterActivityWithOptions(a.LoadAggregateCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	r.RegisterActivityWithOptions(a.QuarantineEvent, activity.RegisterOptions{Name: workflows.QuarantineActivity})
+	r.RegisterActivityWithOptions(a.ApplyRepair, activity.RegisterOptions{Name: workflows.RepairActivity})
+	r.RegisterActivityWithOptions(a.ReplayEvent, activity.RegisterOptions{Name: workflows.ReplayActivity})
 }
 
 // Error types of non-retryable or classified application errors.
@@ -118,25 +125,9 @@ WHERE aggregate_type = $1 AND aggregate_id = $2`
 // publishes again: delivery is at-least-once and consumers deduplicate by
 // message id.
 func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
-	var (
-		ev      row
-		payload []byte
-	)
-	err := a.pool.QueryRow(ctx, sqlLoadEvent, in.EventID).Scan(&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
-		&ev.schemaVersion, &payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", in.EventID), ErrTypeEventMissing, nil)
-	}
-	// invalid_text_representation: the id is no UUID, so no row can ever
-	// match. Retrying would block the aggregate forever.
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "22P02" {
-		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("event id %q is not a UUID, so it is not in outbox_events", in.EventID), ErrTypeEventMissing, err)
-	}
+	ev, err := a.load(ctx, in.EventID)
 	if err != nil {
-		return workflows.PublishResult{}, fmt.Errorf("load event %s: %w", in.EventID, err)
+		return workflows.PublishResult{}, err
 	}
 	if ev.aggType != in.AggregateType || ev.aggID != in.AggregateID || ev.version != in.Version {
 		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
@@ -146,7 +137,43 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 	if ev.status == "published" {
 		return workflows.PublishResult{AlreadyPublished: true}, nil
 	}
+	if err := a.send(ctx, in.EventID, ev); err != nil {
+		a.noteError(ctx, in.EventID, err)
+		return workflows.PublishResult{}, err
+	}
+	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
+		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
+	}
+	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
+	return workflows.PublishResult{}, nil
+}
 
+// load reads an outbox row, classifying a row that cannot exist as
+// non-retryable.
+func (a *Activities) load(ctx context.Context, id string) (row, error) {
+	var ev row
+	err := a.pool.QueryRow(ctx, sqlLoadEvent, id).Scan(&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
+		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ev, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", id), ErrTypeEventMissing, nil)
+	}
+	// invalid_text_representation: the id is no UUID, so no row can ever
+	// match. Retrying would block the aggregate forever.
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22P02" {
+		return ev, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event id %q is not a UUID, so it is not in outbox_events", id), ErrTypeEventMissing, err)
+	}
+	if err != nil {
+		return ev, fmt.Errorf("load event %s: %w", id, err)
+	}
+	return ev, nil
+}
+
+// send publishes the row as an AMQP message and waits for the confirm,
+// classifying failures by ErrType.
+func (a *Activities) send(ctx context.Context, id string, ev row) error {
 	headers := amqp.Table{
 		HeaderAggregateType:    ev.aggType,
 		HeaderAggregateID:      ev.aggID,
@@ -159,28 +186,24 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 	if ev.traceState != "" {
 		headers[HeaderTraceState] = ev.traceState
 	}
-	err = a.pub.Publish(ctx, broker.Message{
-		ID:         in.EventID,
+	err := a.pub.Publish(ctx, broker.Message{
+		ID:         id,
 		Type:       ev.eventType,
 		RoutingKey: a.routingKey(ev.aggType, ev.eventType),
 		Headers:    headers,
-		Body:       payload,
+		Body:       ev.payload,
 		Timestamp:  ev.createdAt,
 	})
-	if err != nil {
-		a.noteError(ctx, in.EventID, err)
-		if errors.Is(err, broker.ErrUnroutable) {
-			// Retryable on purpose: binding a queue fixes it, and skipping
-			// would lose the event.
-			return workflows.PublishResult{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeUnroutable, err)
-		}
-		return workflows.PublishResult{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBroker, err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, broker.ErrUnroutable):
+		// Retryable: binding a queue fixes it. When the retries run out the
+		// event is quarantined, never dropped.
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeUnroutable, err)
+	default:
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBroker, err)
 	}
-	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
-		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
-	}
-	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
-	return workflows.PublishResult{}, nil
 }
 
 // LoadAggregateCursor reads the highest version of the aggregate delivered in
@@ -198,11 +221,7 @@ func (a *Activities) noteError(ctx context.Context, id string, cause error) {
 	// Detached: the activity's context may be the reason we are here.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	msg := cause.Error()
-	if len(msg) > 1000 {
-		msg = msg[:1000]
-	}
-	if _, err := a.pool.Exec(ctx, sqlNoteError, id, strings.ToValidUTF8(msg, "?")); err != nil {
+	if _, err := a.pool.Exec(ctx, sqlNoteError, id, truncate(cause.Error(), 1000)); err != nil {
 		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
 	}
 }
@@ -214,4 +233,12 @@ type row struct {
 	traceParent, traceState   string
 	createdAt                 time.Time
 	status                    string
+	payload                   []byte
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	return strings.ToValidUTF8(s, "?")
 }

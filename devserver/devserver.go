@@ -14,6 +14,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/common/authorization"
@@ -158,6 +159,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		_ = srv.Stop()
 		return nil, err
 	}
+	if err := s.addSearchAttributes(ctx); err != nil {
+		_ = srv.Stop()
+		return nil, err
+	}
 	if cfg.UIAddress != "" {
 		if err := s.startUI(); err != nil {
 			_ = srv.Stop()
@@ -208,6 +213,39 @@ func (s *Server) waitReady(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// addSearchAttributes registers the configured search attributes that the
+// namespace lacks: a SQLite file made by an older version has the namespace
+// already, so its pre-registration at creation did not run.
+func (s *Server) addSearchAttributes(ctx context.Context) error {
+	if len(s.cfg.SearchAttributes) == 0 {
+		return nil
+	}
+	c, err := client.DialContext(ctx, client.Options{HostPort: s.frontend, Namespace: s.cfg.Namespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		return fmt.Errorf("devserver: dial %s: %w", s.frontend, err)
+	}
+	defer c.Close()
+	have, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: s.cfg.Namespace})
+	if err != nil {
+		return fmt.Errorf("devserver: list search attributes: %w", err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range s.cfg.SearchAttributes {
+		if _, ok := have.CustomAttributes[name]; !ok {
+			missing[name] = typ
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: s.cfg.Namespace, SearchAttributes: missing,
+	}); err != nil {
+		return fmt.Errorf("devserver: register search attributes: %w", err)
+	}
+	return nil
 }
 
 func (s *Server) startUI() error {

@@ -78,12 +78,8 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 	e := setup(t)
 	proxy := testenv.NewProxy(t, "127.0.0.1:5672")
 	e.startFerry(t, ferryOpts{amqpURL: "amqp://guest:guest@" + proxy.Addr() + "/"})
-	ctx := context.Background()
 
-	// Warm up: one event through the proxy proves the path works.
-	_, err := e.commit(ctx, "warm", false)
-	require.NoError(t, err)
-	require.Len(t, e.br.Collect(t, 1, 60*time.Second), 1)
+	e.warmUp(t)
 
 	proxy.Pause()
 	ids := e.commitN(t, 15, 3)

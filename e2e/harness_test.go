@@ -23,9 +23,11 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // env is one test's world: its own schema, exchange, queue, task queue and
@@ -64,6 +66,8 @@ type ferryOpts struct {
 	// Passed to new aggregate workflows; zero: the workflow's defaults.
 	idleTimeout time.Duration
 	maxHistory  int
+	policies    map[string]workflows.EventPolicy
+	metrics     *metrics.Metrics
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -82,7 +86,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub})
+	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue})
 	require.NoError(t, err)
@@ -98,6 +102,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			Lease:            o.lease,
 			IdleTimeout:      o.idleTimeout,
 			MaxHistoryEvents: o.maxHistory,
+			Policies:         o.policies,
 			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		require.NoError(t, err)
@@ -109,6 +114,11 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 // commit writes one business row and its event in one transaction and
 // commits (or rolls back). It returns the event id.
 func (e *env) commit(ctx context.Context, aggID string, rollback bool) (string, error) {
+	return e.commitType(ctx, aggID, "changed", rollback)
+}
+
+// commitType is commit with an event type of the caller's choice.
+func (e *env) commitType(ctx context.Context, aggID, eventType string, rollback bool) (string, error) {
 	id := uuid.Must(uuid.NewV7())
 	tx, err := e.db.Pool.Begin(ctx)
 	if err != nil {
@@ -119,7 +129,7 @@ func (e *env) commit(ctx context.Context, aggID string, rollback bool) (string, 
 		return "", err
 	}
 	payload, _ := json.Marshal(map[string]string{"order": id.String()})
-	if _, err := e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: e.aggType, AggregateID: aggID, EventType: "changed", Payload: payload}); err != nil {
+	if _, err := e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: e.aggType, AggregateID: aggID, EventType: eventType, Payload: payload}); err != nil {
 		return "", err
 	}
 	if rollback {
@@ -225,6 +235,22 @@ func (e *env) commitN(t *testing.T, n, aggregates int) map[string]bool {
 		ids[id] = true
 	}
 	return ids
+}
+
+// warmUp sends one event through and waits until it is confirmed and
+// marked, proving the path works before a test breaks it. (The message can
+// reach the queue before its confirm reaches Ferry; an outage in between is
+// a legitimate at-least-once duplicate, not what outage tests are about.)
+func (e *env) warmUp(t *testing.T) {
+	t.Helper()
+	id, err := e.commit(context.Background(), "warm", false)
+	require.NoError(t, err)
+	msgs := e.br.Collect(t, 1, 60*time.Second)
+	require.Len(t, msgs, 1)
+	require.Equal(t, id, msgs[0].MessageId)
+	waitFor(t, 10*time.Second, "the warm-up marked published", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND status = 'published'`, id) == 1
+	})
 }
 
 // waitFor polls cond until it holds or timeout passes.

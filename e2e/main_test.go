@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-outbox/ferry/devserver"
 	"github.com/ferry-outbox/ferry/internal/cli"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // childEnv marks a re-executed test binary that runs the ferry command
@@ -22,6 +23,7 @@ const childEnv = "FERRY_E2E_CHILD"
 var (
 	temporalAddr string
 	namespace    string
+	uiURL        string
 	tclient      client.Client
 )
 
@@ -37,13 +39,13 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := devserver.Start(ctx, devserver.Config{Address: "127.0.0.1:0"})
+	srv, err := devserver.Start(ctx, devserver.Config{Address: "127.0.0.1:0", UIAddress: "127.0.0.1:0", SearchAttributes: workflows.SearchAttributeTypes})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: start embedded Temporal server: %v\n", err)
 		return 1
 	}
 	defer srv.Stop()
-	temporalAddr, namespace = srv.FrontendAddress(), srv.Namespace()
+	temporalAddr, namespace, uiURL = srv.FrontendAddress(), srv.Namespace(), srv.UIURL()
 	tclient, err = client.DialContext(ctx, client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: testenv.QuietLogger()})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: dial embedded Temporal server: %v\n", err)

@@ -53,11 +53,8 @@ func TestPostgresOutageLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	e.startFerry(t, ferryOpts{pool: pool})
-	ctx := context.Background()
 
-	_, err = e.commit(ctx, "warm", false)
-	require.NoError(t, err)
-	require.Len(t, e.br.Collect(t, 1, 60*time.Second), 1)
+	e.warmUp(t)
 
 	proxy.Pause()
 	ids := e.commitN(t, 12, 4)

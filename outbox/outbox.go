@@ -89,7 +89,7 @@ var (
 
 // NewWriter validates cfg and fills its defaults.
 func NewWriter(cfg Config) (*Writer, error) {
-	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, 1<<20)
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, 1000)
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > 16<<20 {
 		return nil, fmt.Errorf("outbox: Config.MaxPayloadBytes %d: must be between 1 and %d (RabbitMQ's default limit)", cfg.MaxPayloadBytes, 16<<20)
@@ -133,17 +133,32 @@ func (w *Writer) Validate(ev Event) error {
 		return bad("AggregateVersion", "%d: must be 0 (assign) or at least 1", ev.AggregateVersion)
 	case ev.SchemaVersion < 0 || ev.SchemaVersion > math.MaxInt32:
 		return bad("SchemaVersion", "%d: must be between 1 and %d (0 means 1)", ev.SchemaVersion, math.MaxInt32)
-	case len(ev.Payload) == 0:
-		return bad("Payload", "is empty: send a JSON document such as {}")
-	case len(ev.Payload) > w.cfg.MaxPayloadBytes:
-		return bad("Payload", "is %d bytes, over the limit of %d (Config.MaxPayloadBytes): store large data elsewhere and send a reference", len(ev.Payload), w.cfg.MaxPayloadBytes)
-	case !json.Valid(ev.Payload):
-		return bad("Payload", "is not valid JSON")
-	case hasNULEscape(ev.Payload):
-		return bad("Payload", `contains \u0000, which PostgreSQL's jsonb cannot store`)
+	}
+	return ValidatePayload(ev.Payload, w.cfg.MaxPayloadBytes)
+}
+
+// ValidatePayload checks a payload the way Validate does: a non-empty JSON
+// document of at most maxBytes that jsonb can store. It is pure, so
+// workflows may call it too (repairs that patch a payload).
+func ValidatePayload(payload []byte, maxBytes int) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: Payload %s", ErrInvalidEvent, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(payload) == 0:
+		return bad("is empty: send a JSON document such as {}")
+	case len(payload) > maxBytes:
+		return bad("is %d bytes, over the limit of %d (Config.MaxPayloadBytes): store large data elsewhere and send a reference", len(payload), maxBytes)
+	case !json.Valid(payload):
+		return bad("is not valid JSON")
+	case hasNULEscape(payload):
+		return bad(`contains \u0000, which PostgreSQL's jsonb cannot store`)
 	}
 	return nil
 }
+
+// DefaultMaxPayloadBytes is Config.MaxPayloadBytes' default.
+const DefaultMaxPayloadBytes = 1 << 20
 
 // hasNULEscape reports a \u0000 escape in valid JSON. Backslashes occur only
 // inside strings there, each escaping the next character, so skipping the

@@ -56,6 +56,10 @@ type Config struct {
 	// IdleTimeout is passed to new aggregate workflows. Zero: the
 	// workflow's default.
 	IdleTimeout time.Duration
+	// Policies are passed to new aggregate workflows: retries and poison
+	// handling per event type ("*" for the rest). Default: every type gets
+	// workflows.DefaultMaxAttempts and blocks its aggregate when they run out.
+	Policies map[string]workflows.EventPolicy
 	// MaxHistoryEvents is passed to new aggregate workflows: they
 	// continue-as-new at this history length. Zero: the workflow's default.
 	MaxHistoryEvents int
@@ -362,6 +366,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) error {
 			AggregateID:      g.aggID,
 			IdleTimeout:      p.cfg.IdleTimeout,
 			MaxHistoryEvents: p.cfg.MaxHistoryEvents,
+			Policies:         p.cfg.Policies,
 		},
 	)
 	if err != nil {

@@ -68,6 +68,7 @@ func New(cfg Config) (*Worker, error) {
 // names. Use it to host them in a worker of your own.
 func Register(r sdkworker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.Replay, workflow.RegisterOptions{Name: workflows.ReplayWorkflowName})
 	acts.Register(r)
 }
 

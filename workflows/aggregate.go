@@ -2,22 +2,42 @@ package workflows
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
-// publishOptions: retries live here, not in loops. The publish activity is
-// retried without limit: an event of an aggregate must not be skipped, and
-// later events of the same aggregate wait for it. Operators see the retries
-// (attempt count, last failure) on the pending activity in the Temporal UI.
+// Error classes of a quarantine that are not an activity's own error type.
+const (
+	ErrClassTimeout = "Timeout"
+	ErrClassUnknown = "Unknown"
+	// ErrClassBroker is the publish activity's error type when RabbitMQ is
+	// unreachable (activities.ErrTypeBroker): an outage, not a poison event.
+	ErrClassBroker = "BrokerUnavailable"
+)
+
+// InfraRetryInterval: an event quarantined because the broker was
+// unreachable is retried on its own after this, so an outage heals without
+// an operator (the block stays visible meanwhile).
+const InfraRetryInterval = 5 * time.Minute
+
 // StartToCloseTimeout is also how long an attempt on a worker that died waits
 // before it is retried: one publish and two short statements fit well in 10s.
-var publishOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy:         retryWithoutLimit,
+const publishAttemptTimeout = 10 * time.Second
+
+// retryWithoutLimit: 1s, 2s, 4s… capped at 30s, no attempt limit, for
+// bookkeeping that must eventually happen (reading the cursor, marking a
+// quarantine, writing an audit row). Non-retryable errors still fail at once.
+var retryWithoutLimit = &temporal.RetryPolicy{
+	InitialInterval:    time.Second,
+	BackoffCoefficient: 2,
+	MaximumInterval:    30 * time.Second,
 }
 
 var cursorOptions = workflow.LocalActivityOptions{
@@ -25,24 +45,38 @@ var cursorOptions = workflow.LocalActivityOptions{
 	RetryPolicy:         retryWithoutLimit,
 }
 
-// retryWithoutLimit: 1s, 2s, 4s… capped at 30s, no attempt limit. Errors
-// marked non-retryable (a row that is missing or does not match its
-// signal) still fail at once.
-var retryWithoutLimit = &temporal.RetryPolicy{
-	InitialInterval:    time.Second,
-	BackoffCoefficient: 2,
-	MaximumInterval:    30 * time.Second,
+var bookkeepingOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 10 * time.Second,
+	RetryPolicy:         retryWithoutLimit,
+}
+
+// publishOptions bounds the publish activity's retries by the event type's
+// policy; when they run out the event is quarantined, never dropped.
+// Operators see the attempts and the last failure on the pending activity in
+// the Temporal UI.
+func publishOptions(p EventPolicy) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: publishAttemptTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			MaximumAttempts:    cmp.Or(p.MaxAttempts, DefaultMaxAttempts),
+		},
+	}
 }
 
 // Aggregate is the per-aggregate workflow: it publishes the aggregate's events
 // strictly in aggregate_version order, each once per run of the workflow
-// (the activity is at-least-once; consumers deduplicate by message id).
+// (the activity is at-least-once; consumers deduplicate by message id). An
+// event whose retries run out is quarantined: the aggregate waits for an
+// operator's repair (or skips it, by policy) while other aggregates flow.
 func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	logger := workflow.GetLogger(ctx)
 	idle := cmp.Or(in.IdleTimeout, DefaultIdleTimeout)
 	maxHistory := cmp.Or(in.MaxHistoryEvents, DefaultMaxHistoryEvents)
 
-	st := &aggregateState{delivered: in.Delivered}
+	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs}
 	if !in.Resumed {
 		var cur CursorResult
 		lctx := workflow.WithLocalActivityOptions(ctx, cursorOptions)
@@ -60,28 +94,52 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	}); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, RepairUpdate, st.repair,
+		workflow.UpdateHandlerOptions{Validator: func(_ workflow.Context, req RepairRequest) error {
+			return st.validate(req)
+		}}); err != nil {
+		return err
+	}
+	repairSignals := workflow.GetSignalChannel(ctx, RepairSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var req RepairRequest
+			repairSignals.Receive(ctx, &req)
+			if err := st.validate(req); err != nil {
+				st.reject(req, err)
+				continue
+			}
+			if _, err := st.repair(ctx, req); err != nil {
+				st.reject(req, err)
+			}
+		}
+	})
 
 	signals := workflow.GetSignalChannel(ctx, EventsSignal)
-	actx := workflow.WithActivityOptions(ctx, publishOptions)
 	for {
 		st.drain(signals)
-		for ev, ok := st.next(); ok; ev, ok = st.next() {
-			st.publishing = ev.Version
-			var res PublishResult
-			err := workflow.ExecuteActivity(actx, PublishEventActivity, PublishInput{
-				EventID:       ev.ID,
-				AggregateType: in.AggregateType,
-				AggregateID:   in.AggregateID,
-				Version:       ev.Version,
-			}).Get(ctx, &res)
-			st.publishing = 0
-			if err != nil {
-				// Cancellation, termination, or a non-retryable error (the
-				// row is missing or does not match its signal): the run
-				// fails, visibly, and the aggregate waits at this version.
-				return err
+
+		if st.blocked != nil {
+			decided := st.waitForDecision(ctx, maxHistory)
+			if !decided {
+				return st.continueAsNew(ctx, signals)
 			}
-			st.done(ev)
+			continue
+		}
+
+		for ev, ok := st.next(); ok; ev, ok = st.next() {
+			if err := st.publish(ctx, ev); err != nil {
+				if temporal.IsCanceledError(err) {
+					return err
+				}
+				if err := st.quarantine(ctx, ev, err); err != nil {
+					return err
+				}
+				if st.blocked != nil {
+					break
+				}
+				continue
+			}
 			st.drain(signals)
 			if historyFull(ctx, maxHistory) {
 				break
@@ -89,20 +147,16 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 		}
 
 		if historyFull(ctx, maxHistory) {
-			st.drain(signals)
-			logger.Info("continuing as new", "delivered", st.delivered, "pending", len(st.pending))
-			return workflow.NewContinueAsNewError(ctx, AggregateWorkflowName, AggregateInput{
-				AggregateType:    in.AggregateType,
-				AggregateID:      in.AggregateID,
-				Resumed:          true,
-				Delivered:        st.delivered,
-				Pending:          st.pending,
-				IdleTimeout:      in.IdleTimeout,
-				MaxHistoryEvents: in.MaxHistoryEvents,
-			})
+			return st.continueAsNew(ctx, signals)
+		}
+		if st.blocked != nil {
+			continue
 		}
 
 		if len(st.pending) > 0 {
+			if _, ok := st.next(); ok {
+				continue
+			}
 			// A gap: a lower version is still on its way (another poller
 			// holds it, or its lease has to run out first). Wait for it
 			// however long it takes; the query shows what is missing.
@@ -126,10 +180,17 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 		cancelTimer()
 		if timedOut {
 			// A signal that raced the timer must not be lost: take what is
-			// buffered, and only complete when nothing is.
+			// buffered, and only complete when nothing is and no repair
+			// handler is still running.
 			st.drain(signals)
 			if len(st.pending) == 0 {
-				return nil
+				if err := workflow.Await(ctx, func() bool { return st.handlersDone(ctx) }); err != nil {
+					return err
+				}
+				st.drain(signals)
+				if len(st.pending) == 0 {
+					return nil
+				}
 			}
 		}
 	}
@@ -144,10 +205,256 @@ func historyFull(ctx workflow.Context, maxHistory int) bool {
 
 // aggregateState is the workflow's durable state, rebuilt by replay.
 type aggregateState struct {
+	in         AggregateInput
 	delivered  int64
 	pending    []EventRef // ascending by Version, no duplicates, all > delivered
 	duplicates int
 	publishing int64
+
+	blocked   *Blocked
+	decision  *RepairRequest // set by a repair, taken by the main loop
+	repairing bool           // a repair's activity is running
+	repairs   []RepairResult // recent results, for idempotency by request id
+	rejected  []string
+}
+
+const keepRepairs = 100
+
+func (s *aggregateState) policy(eventType string) EventPolicy {
+	if p, ok := s.in.Policies[eventType]; ok {
+		return p
+	}
+	return s.in.Policies["*"]
+}
+
+func (s *aggregateState) publish(ctx workflow.Context, ev EventRef) error {
+	s.publishing = ev.Version
+	defer func() { s.publishing = 0 }()
+	actx := workflow.WithActivityOptions(ctx, publishOptions(s.policy(ev.Type)))
+	var res PublishResult
+	err := workflow.ExecuteActivity(actx, PublishEventActivity, PublishInput{
+		EventID:       ev.ID,
+		AggregateType: s.in.AggregateType,
+		AggregateID:   s.in.AggregateID,
+		Version:       ev.Version,
+	}).Get(ctx, &res)
+	if err == nil {
+		s.done(ev)
+	}
+	return err
+}
+
+// quarantine records that ev could not be published: in PostgreSQL (status,
+// last error, metric) and, unless the policy skips it, as the workflow's
+// blocked state with search attributes for the UI.
+func (s *aggregateState) quarantine(ctx workflow.Context, ev EventRef, cause error) error {
+	class, msg := classify(cause)
+	b := &Blocked{EventID: ev.ID, Version: ev.Version, EventType: ev.Type, ErrorClass: class, Error: msg, Since: workflow.Now(ctx)}
+	bctx := workflow.WithActivityOptions(ctx, bookkeepingOptions)
+	if err := workflow.ExecuteActivity(bctx, QuarantineActivity, QuarantineInput{
+		EventID: ev.ID, EventType: ev.Type, ErrorClass: class, Error: msg,
+	}).Get(ctx, nil); err != nil {
+		return err
+	}
+	workflow.GetLogger(ctx).Warn("event quarantined", "event_id", ev.ID, "version", ev.Version, "error_class", class, "error", msg)
+
+	if s.policy(ev.Type).OnPoison == OnPoisonSkip {
+		req := RepairRequest{
+			RequestID: "policy-skip/" + ev.ID,
+			Action:    "policy-skip",
+			EventID:   ev.ID,
+			Actor:     "ferry",
+			Reason:    fmt.Sprintf("policy on_poison=skip for event type %q after %s: %s", ev.Type, class, msg),
+		}
+		var res RepairResult
+		if err := workflow.ExecuteActivity(bctx, RepairActivity, RepairInput{
+			Request: req, AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Version: ev.Version,
+		}).Get(ctx, &res); err != nil {
+			return err
+		}
+		s.done(ev)
+		return nil
+	}
+	s.blocked = b
+	return s.upsertBlocked(ctx)
+}
+
+// waitForDecision waits until a repair decides the blocked event's fate (true)
+// or the history needs a new run (false). A broker outage's quarantine is
+// retried on its own after InfraRetryInterval.
+func (s *aggregateState) waitForDecision(ctx workflow.Context, maxHistory int) bool {
+	cond := func() bool { return s.decision != nil || historyFull(ctx, maxHistory) }
+	if s.blocked.ErrorClass == ErrClassBroker {
+		wait := InfraRetryInterval - workflow.Now(ctx).Sub(s.blocked.Since)
+		if ok, _ := workflow.AwaitWithTimeout(ctx, max(wait, time.Second), cond); !ok {
+			s.decision = &RepairRequest{Action: ActionRetry, EventID: s.blocked.EventID}
+		}
+	} else {
+		_ = workflow.Await(ctx, cond)
+	}
+	if s.decision == nil {
+		return false
+	}
+	d := s.decision
+	s.decision = nil
+	if d.Action == ActionSkip {
+		// The repair activity marked the row skipped and moved the cursor.
+		s.done(s.pending[0])
+	}
+	s.blocked = nil
+	_ = s.upsertBlocked(ctx)
+	return true
+}
+
+func (s *aggregateState) upsertBlocked(ctx workflow.Context) error {
+	if s.blocked == nil {
+		return workflow.UpsertTypedSearchAttributes(ctx,
+			saBlocked.ValueSet(false),
+			saBlockedEventID.ValueUnset(),
+			saBlockedEventType.ValueUnset(),
+			saErrorClass.ValueUnset(),
+			saBlockedSince.ValueUnset(),
+		)
+	}
+	return workflow.UpsertTypedSearchAttributes(ctx,
+		saBlocked.ValueSet(true),
+		saBlockedEventID.ValueSet(s.blocked.EventID),
+		saBlockedEventType.ValueSet(s.blocked.EventType),
+		saErrorClass.ValueSet(s.blocked.ErrorClass),
+		saBlockedSince.ValueSet(s.blocked.Since),
+	)
+}
+
+var (
+	saBlocked          = temporal.NewSearchAttributeKeyBool(SABlocked)
+	saBlockedEventID   = temporal.NewSearchAttributeKeyKeyword(SABlockedEventID)
+	saBlockedEventType = temporal.NewSearchAttributeKeyKeyword(SABlockedEventType)
+	saErrorClass       = temporal.NewSearchAttributeKeyKeyword(SAErrorClass)
+	saBlockedSince     = temporal.NewSearchAttributeKeyTime(SABlockedSince)
+)
+
+// validate accepts a repair request only for the blocked event, with an
+// actor, a reason and (for patch) a payload that would be accepted as a new
+// event. A request id seen before is always accepted: it answers with the
+// earlier result.
+func (s *aggregateState) validate(req RepairRequest) error {
+	if req.RequestID == "" {
+		return errors.New("request_id is empty: send a unique id so a retry of this request is applied once")
+	}
+	if _, ok := s.findRepair(req.RequestID); ok {
+		return nil
+	}
+	switch {
+	case req.Actor == "":
+		return errors.New("actor is empty: say who asks for the repair")
+	case req.Reason == "":
+		return errors.New("reason is empty: say why, for the audit trail")
+	case req.Action != ActionRetry && req.Action != ActionSkip && req.Action != ActionPatch:
+		return fmt.Errorf("action %q: use retry, skip or patch", req.Action)
+	case s.blocked == nil:
+		return fmt.Errorf("aggregate %s/%s is not blocked: nothing to repair", s.in.AggregateType, s.in.AggregateID)
+	case req.EventID != s.blocked.EventID:
+		return fmt.Errorf("event %s is not the blocked event: %s/%s is blocked at event %s (v%d)",
+			req.EventID, s.in.AggregateType, s.in.AggregateID, s.blocked.EventID, s.blocked.Version)
+	case s.repairing || s.decision != nil:
+		return errors.New("another repair of this event is in progress")
+	}
+	if req.Action == ActionPatch {
+		if len(req.Payload) == 0 && req.SchemaVersion == 0 {
+			return errors.New("patch needs a payload, a schema_version or both")
+		}
+		if req.SchemaVersion < 0 {
+			return fmt.Errorf("schema_version %d: must be at least 1", req.SchemaVersion)
+		}
+		if len(req.Payload) > 0 {
+			if err := outbox.ValidatePayload(req.Payload, outbox.DefaultMaxPayloadBytes); err != nil {
+				return err
+			}
+		}
+	} else if len(req.Payload) > 0 || req.SchemaVersion != 0 {
+		return fmt.Errorf("payload and schema_version go with patch, not %s", req.Action)
+	}
+	return nil
+}
+
+// repair applies a validated request: the activity writes the audit row and
+// changes the outbox row; the main loop then acts on the decision.
+func (s *aggregateState) repair(ctx workflow.Context, req RepairRequest) (RepairResult, error) {
+	if prev, ok := s.findRepair(req.RequestID); ok {
+		prev.Duplicate = true
+		return prev, nil
+	}
+	// Validated before, but another handler may have decided since.
+	if err := s.validate(req); err != nil {
+		return RepairResult{}, err
+	}
+	s.repairing = true
+	defer func() { s.repairing = false }()
+	var res RepairResult
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, bookkeepingOptions), RepairActivity, RepairInput{
+		Request: req, AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Version: s.blocked.Version,
+	}).Get(ctx, &res)
+	if err != nil {
+		return RepairResult{}, err
+	}
+	s.repairs = append(s.repairs, res)
+	if len(s.repairs) > keepRepairs {
+		s.repairs = s.repairs[len(s.repairs)-keepRepairs:]
+	}
+	s.decision = &req
+	return res, nil
+}
+
+func (s *aggregateState) findRepair(requestID string) (RepairResult, bool) {
+	for _, r := range s.repairs {
+		if r.RequestID == requestID {
+			return r, true
+		}
+	}
+	return RepairResult{}, false
+}
+
+func (s *aggregateState) reject(req RepairRequest, err error) {
+	s.rejected = append(s.rejected, fmt.Sprintf("%s %s (request %s): %v", req.Action, req.EventID, req.RequestID, err))
+	if len(s.rejected) > 20 {
+		s.rejected = s.rejected[len(s.rejected)-20:]
+	}
+}
+
+func (s *aggregateState) handlersDone(ctx workflow.Context) bool {
+	return workflow.AllHandlersFinished(ctx) && !s.repairing
+}
+
+// continueAsNew hands the whole state to a new run, once no repair is half
+// done and every buffered signal is taken.
+func (s *aggregateState) continueAsNew(ctx workflow.Context, signals workflow.ReceiveChannel) error {
+	if err := workflow.Await(ctx, func() bool { return s.handlersDone(ctx) }); err != nil {
+		return err
+	}
+	s.drain(signals)
+	workflow.GetLogger(ctx).Info("continuing as new", "delivered", s.delivered, "pending", len(s.pending), "blocked", s.blocked != nil)
+	next := s.in
+	next.Resumed = true
+	next.Delivered = s.delivered
+	next.Pending = s.pending
+	next.Blocked = s.blocked
+	next.Repairs = s.repairs
+	return workflow.NewContinueAsNewError(ctx, AggregateWorkflowName, next)
+}
+
+// classify turns an activity failure into an error class (the activity's
+// error type where it has one) and a message for operators.
+func classify(err error) (class, msg string) {
+	var appErr *temporal.ApplicationError
+	var timeoutErr *temporal.TimeoutError
+	switch {
+	case errors.As(err, &appErr):
+		return cmp.Or(appErr.Type(), ErrClassUnknown), appErr.Error()
+	case errors.As(err, &timeoutErr):
+		return ErrClassTimeout, timeoutErr.Error()
+	default:
+		return ErrClassUnknown, err.Error()
+	}
 }
 
 func (s *aggregateState) drain(ch workflow.ReceiveChannel) {
@@ -194,5 +501,12 @@ func (s *aggregateState) snapshot() State {
 	for i, ev := range s.pending {
 		versions[i] = ev.Version
 	}
-	return State{Delivered: s.delivered, Pending: versions, Duplicates: s.duplicates, Publishing: s.publishing}
+	return State{
+		Delivered:  s.delivered,
+		Pending:    versions,
+		Duplicates: s.duplicates,
+		Publishing: s.publishing,
+		Blocked:    s.blocked,
+		Rejected:   slices.Clone(s.rejected),
+	}
 }

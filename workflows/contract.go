@@ -1,6 +1,9 @@
 package workflows
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Registered names. Wire contract: never rename.
 const (
@@ -59,6 +62,13 @@ type AggregateInput struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// MaxHistoryEvents; zero means DefaultMaxHistoryEvents.
 	MaxHistoryEvents int `json:"max_history_events,omitempty"`
+	// Policies by event type; "*" applies to types without an entry.
+	Policies map[string]EventPolicy `json:"policies,omitempty"`
+	// Blocked carries a quarantine across continue-as-new.
+	Blocked *Blocked `json:"blocked,omitempty"`
+	// Repairs carries the results of recent repair requests across
+	// continue-as-new, so a repeated request id stays a no-op.
+	Repairs []RepairResult `json:"repairs,omitempty"`
 }
 
 // PublishInput is the publish activity's input.
@@ -99,4 +109,147 @@ type State struct {
 	Duplicates int `json:"duplicates"`
 	// Publishing is the version being published now, or 0.
 	Publishing int64 `json:"publishing"`
+	// Blocked is the quarantined event the aggregate waits at, or nil.
+	Blocked *Blocked `json:"blocked,omitempty"`
+	// Rejected lists repair signals that failed validation (newest last,
+	// at most 20), with the reason.
+	Rejected []string `json:"rejected,omitempty"`
+}
+
+// Names of the repair and replay contract. Wire contract: never rename.
+const (
+	// RepairUpdate is a workflow update taking a RepairRequest and answering
+	// with a RepairResult, validated before it is accepted.
+	RepairUpdate = "ferry.repair"
+	// RepairSignal takes the same RepairRequest, for `temporal workflow
+	// signal` and batch signals; a request that fails validation is dropped
+	// and listed in State.Rejected.
+	RepairSignal = "ferry.repair"
+	// ReplayWorkflowName re-publishes delivered events (ReplayInput).
+	ReplayWorkflowName = "ferry.Replay"
+
+	// QuarantineActivity marks an event quarantined in PostgreSQL.
+	QuarantineActivity = "ferry.QuarantineEvent"
+	// RepairActivity writes the audit row of a repair and applies it to the
+	// outbox row (skip, patch).
+	RepairActivity = "ferry.ApplyRepair"
+	// ReplayActivity re-publishes one delivered event, audited.
+	ReplayActivity = "ferry.ReplayEvent"
+)
+
+// Search attributes Ferry sets on an aggregate workflow while it is
+// blocked. Filter the Temporal UI's workflow list by `FerryBlocked = true`
+// for the dead-letter view.
+const (
+	SABlocked          = "FerryBlocked"          // Bool
+	SABlockedEventID   = "FerryBlockedEventId"   // Keyword
+	SABlockedEventType = "FerryBlockedEventType" // Keyword
+	SAErrorClass       = "FerryErrorClass"       // Keyword
+	SABlockedSince     = "FerryBlockedSince"     // Datetime
+)
+
+// Repair actions.
+const (
+	ActionRetry = "retry"
+	ActionSkip  = "skip"
+	ActionPatch = "patch"
+)
+
+// Poison policies of an EventPolicy.
+const (
+	// OnPoisonBlock holds the aggregate until an operator repairs the event
+	// (the default: later events of the aggregate may depend on it).
+	OnPoisonBlock = "block"
+	// OnPoisonSkip marks the event skipped, audits it and carries on.
+	OnPoisonSkip = "skip"
+)
+
+// DefaultMaxAttempts is how often an event is tried before it is
+// quarantined: with 1s, 2s, 4s… capped at 30s, ten attempts span about
+// three minutes.
+const DefaultMaxAttempts = 10
+
+// EventPolicy says how an event type is retried and what happens when its
+// retries run out.
+type EventPolicy struct {
+	// MaxAttempts of the publish activity; 0 means DefaultMaxAttempts.
+	MaxAttempts int32 `json:"max_attempts,omitempty"`
+	// OnPoison is OnPoisonBlock (default, "") or OnPoisonSkip.
+	OnPoison string `json:"on_poison,omitempty"`
+}
+
+// Blocked describes the event an aggregate is held at.
+type Blocked struct {
+	EventID    string    `json:"event_id"`
+	Version    int64     `json:"version"`
+	EventType  string    `json:"event_type"`
+	ErrorClass string    `json:"error_class"`
+	Error      string    `json:"error"`
+	Since      time.Time `json:"since"`
+}
+
+// RepairRequest asks a blocked aggregate workflow to retry, skip or patch
+// its blocked event.
+type RepairRequest struct {
+	// RequestID makes the request idempotent: the same id is applied once.
+	RequestID string `json:"request_id"`
+	Action    string `json:"action"`
+	// EventID must be the blocked event's id.
+	EventID string `json:"event_id"`
+	Reason  string `json:"reason"`
+	Actor   string `json:"actor"`
+	// Payload replaces the event's payload (patch only; optional if
+	// SchemaVersion is set).
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// SchemaVersion replaces the event's schema version (patch only).
+	SchemaVersion int `json:"schema_version,omitempty"`
+}
+
+// RepairResult answers a RepairRequest.
+type RepairResult struct {
+	RequestID string `json:"request_id"`
+	Action    string `json:"action"`
+	EventID   string `json:"event_id"`
+	Version   int64  `json:"version"`
+	// AuditID is the ferry_repairs row written for the request.
+	AuditID int64 `json:"audit_id"`
+	// Duplicate: the request id was applied before; nothing was done again.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// RepairInput is RepairActivity's input.
+type RepairInput struct {
+	Request       RepairRequest `json:"request"`
+	AggregateType string        `json:"aggregate_type"`
+	AggregateID   string        `json:"aggregate_id"`
+	Version       int64         `json:"version"`
+}
+
+// QuarantineInput is QuarantineActivity's input.
+type QuarantineInput struct {
+	EventID    string `json:"event_id"`
+	EventType  string `json:"event_type"`
+	ErrorClass string `json:"error_class"`
+	Error      string `json:"error"`
+}
+
+// ReplayInput starts a ReplayWorkflowName workflow.
+type ReplayInput struct {
+	RequestID string   `json:"request_id"`
+	EventIDs  []string `json:"event_ids"`
+	Reason    string   `json:"reason"`
+	Actor     string   `json:"actor"`
+}
+
+// ReplayEventInput is ReplayActivity's input.
+type ReplayEventInput struct {
+	RequestID string `json:"request_id"` // per event: <replay request id>/<event id>
+	EventID   string `json:"event_id"`
+	Reason    string `json:"reason"`
+	Actor     string `json:"actor"`
+}
+
+// ReplayResult is the Replay workflow's result.
+type ReplayResult struct {
+	Replayed []string `json:"replayed"`
 }

@@ -81,6 +81,7 @@ Every flag can also be set by the environment variable shown with it.`,
 		serveCmd(g, "worker", "Run only the worker (Temporal → RabbitMQ)", app.Roles{Worker: true}),
 		devCmd(g),
 	)
+	root.AddCommand(operatorCmds(g)...)
 	return root
 }
 

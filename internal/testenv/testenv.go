@@ -199,3 +199,19 @@ func redact(raw string) string {
 	}
 	return strings.TrimSpace(u.Redacted())
 }
+
+// Bind binds the test queue to routingKey on the test exchange.
+func (b *Broker) Bind(t testing.TB, routingKey string) {
+	t.Helper()
+	if err := b.ch.QueueBind(b.Queue, routingKey, b.Exchange, false, nil); err != nil {
+		t.Fatalf("bind %s to %q: %v", b.Queue, routingKey, err)
+	}
+}
+
+// Unbind removes the binding of the test queue to routingKey.
+func (b *Broker) Unbind(t testing.TB, routingKey string) {
+	t.Helper()
+	if err := b.ch.QueueUnbind(b.Queue, routingKey, b.Exchange, nil); err != nil {
+		t.Fatalf("unbind %s from %q: %v", b.Queue, routingKey, err)
+	}
+}

@@ -1,0 +1,187 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// Error types of repair and replay failures an operator must fix; not
+// retryable.
+const (
+	ErrTypeInvalidRepair = "InvalidRepair"
+	ErrTypeNotReplayable = "NotReplayable"
+)
+
+// sqlQuarantine: the row's status says the event is held, last_error why.
+// A published row stays published (a late quarantine of a retried attempt
+// must not hide a success).
+const sqlQuarantine = `
+UPDATE outbox_events SET status = 'quarantined', last_error = $2
+WHERE id = $1 AND status <> 'published'`
+
+// QuarantineEvent marks an event quarantined and counts it.
+func (a *Activities) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
+	msg := truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
+	if _, err := a.pool.Exec(ctx, sqlQuarantine, in.EventID, msg); err != nil {
+		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
+	}
+	a.metrics.Quarantined(in.EventType, in.ErrorClass)
+	return nil
+}
+
+const sqlLockEvent = `
+SELECT aggregate_type, aggregate_id, aggregate_version, payload::text, schema_version, status
+FROM outbox_events WHERE id = $1 FOR UPDATE`
+
+const sqlFindRepair = `SELECT id FROM ferry_repairs WHERE request_id = $1`
+
+const sqlInsertRepairValues = `
+INSERT INTO ferry_repairs (request_id, actor, action, event_id, aggregate_type, aggregate_id, aggregate_version,
+                           reason, payload_sha256_before, payload_sha256_after, schema_version_before, schema_version_after)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
+const sqlInsertRepair = sqlInsertRepairValues + ` RETURNING id`
+
+// sqlInsertReplay: a replay's publish is at-least-once already; a retried
+// attempt whose audit row exists must not fail on it.
+const sqlInsertReplay = sqlInsertRepairValues + ` ON CONFLICT (request_id) DO NOTHING`
+
+// sqlSkip marks the event skipped and moves the aggregate's cursor past it,
+// so a later run of the workflow resumes after it.
+const sqlSkip = `
+WITH ev AS (
+    UPDATE outbox_events SET status = 'skipped', last_error = NULL
+    WHERE id = $1
+    RETURNING aggregate_type, aggregate_id, aggregate_version
+)
+UPDATE outbox_aggregates a
+SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
+FROM ev
+WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
+
+const sqlPatch = `
+UPDATE outbox_events SET payload = $2::jsonb, schema_version = $3, status = 'dispatched', last_error = NULL
+WHERE id = $1`
+
+const sqlRetry = `UPDATE outbox_events SET status = 'dispatched', last_error = NULL WHERE id = $1 AND status = 'quarantined'`
+
+// ApplyRepair writes the repair's audit row and applies it to the outbox
+// row, in one transaction. A request id that was applied before returns
+// the earlier audit row and changes nothing.
+func (a *Activities) ApplyRepair(ctx context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
+	req := in.Request
+	res := workflows.RepairResult{RequestID: req.RequestID, Action: req.Action, EventID: req.EventID, Version: in.Version}
+	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, sqlFindRepair, req.RequestID).Scan(&res.AuditID); err == nil {
+			res.Duplicate = true
+			return nil
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("look up request %s: %w", req.RequestID, err)
+		}
+		var (
+			aggType, aggID, payload, status string
+			version                         int64
+			schemaVersion                   int
+		)
+		err := tx.QueryRow(ctx, sqlLockEvent, req.EventID).Scan(&aggType, &aggID, &version, &payload, &schemaVersion, &status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("event %s is not in outbox_events", req.EventID), ErrTypeInvalidRepair, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("load event %s: %w", req.EventID, err)
+		}
+		if aggType != in.AggregateType || aggID != in.AggregateID || version != in.Version {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("event %s is %s/%s v%d, not %s/%s v%d",
+				req.EventID, aggType, aggID, version, in.AggregateType, in.AggregateID, in.Version), ErrTypeInvalidRepair, nil)
+		}
+		newPayload, newSchema := payload, schemaVersion
+		switch req.Action {
+		case workflows.ActionSkip, "policy-skip":
+			_, err = tx.Exec(ctx, sqlSkip, req.EventID)
+		case workflows.ActionRetry:
+			_, err = tx.Exec(ctx, sqlRetry, req.EventID)
+		case workflows.ActionPatch:
+			if len(req.Payload) > 0 {
+				if verr := outbox.ValidatePayload(req.Payload, outbox.DefaultMaxPayloadBytes); verr != nil {
+					return temporal.NewNonRetryableApplicationError(verr.Error(), ErrTypeInvalidRepair, nil)
+				}
+				newPayload = string(req.Payload)
+			}
+			if req.SchemaVersion > 0 {
+				newSchema = req.SchemaVersion
+			}
+			if _, err = tx.Exec(ctx, sqlPatch, req.EventID, newPayload, newSchema); err != nil {
+				break
+			}
+			// Read back the stored form, so the digest is of what jsonb keeps.
+			err = tx.QueryRow(ctx, `SELECT payload::text FROM outbox_events WHERE id = $1`, req.EventID).Scan(&newPayload)
+		default:
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("action %q is not a repair", req.Action), ErrTypeInvalidRepair, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("%s event %s: %w", req.Action, req.EventID, err)
+		}
+		return tx.QueryRow(ctx, sqlInsertRepair, req.RequestID, req.Actor, req.Action, req.EventID, aggType, aggID, version,
+			req.Reason, digest(payload), digest(newPayload), schemaVersion, newSchema).Scan(&res.AuditID)
+	})
+	if err != nil {
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) {
+			return res, err
+		}
+		return res, fmt.Errorf("apply %s to %s: %w", req.Action, req.EventID, err)
+	}
+	if !res.Duplicate {
+		a.metrics.Repaired(req.Action)
+	}
+	return res, nil
+}
+
+// ReplayEvent re-publishes a delivered (published or skipped) event with its
+// original message id, headers and trace context, and audits it. The row
+// keeps its status: a replay is a copy, not a new delivery state. A request
+// id seen before does nothing.
+func (a *Activities) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput) error {
+	var auditID int64
+	err := a.pool.QueryRow(ctx, sqlFindRepair, in.RequestID).Scan(&auditID)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("look up request %s: %w", in.RequestID, err)
+	}
+	ev, err := a.load(ctx, in.EventID)
+	if err != nil {
+		return err
+	}
+	if ev.status != "published" {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"event %s is %s, not published: replay re-delivers delivered events only (repair a blocked one instead)", in.EventID, ev.status),
+			ErrTypeNotReplayable, nil)
+	}
+	if err := a.send(ctx, in.EventID, ev); err != nil {
+		return err
+	}
+	d := digest(string(ev.payload))
+	_, err = a.pool.Exec(ctx, sqlInsertReplay, in.RequestID, in.Actor, "replay", in.EventID,
+		ev.aggType, ev.aggID, ev.version, in.Reason, d, d, ev.schemaVersion, ev.schemaVersion)
+	if err != nil {
+		return fmt.Errorf("audit replay of %s: %w", in.EventID, err)
+	}
+	a.metrics.Repaired("replay")
+	return nil
+}
+
+func digest(payload string) string {
+	sum := sha256.Sum256([]byte(payload))
+	return hex.EncodeToString(sum[:])
+}

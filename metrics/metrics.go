@@ -1,0 +1,181 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the counters Ferry's components increment. A nil *Metrics is
+// valid and counts nothing, so components work without metrics.
+type Metrics struct {
+	quarantined *prometheus.CounterVec
+	repairs     *prometheus.CounterVec
+}
+
+// New creates Ferry's counters and registers them on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_events_quarantined_total",
+			Help: "Events whose publish retries ran out or failed permanently, by event type and error class.",
+		}, []string{"event_type", "error_class"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_repairs_total",
+			Help: "Repairs and replays applied (audited), by action.",
+		}, []string{"action"}),
+	}
+	for _, c := range []prometheus.Collector{m.quarantined, m.repairs} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metric: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Quarantined counts one quarantined event.
+func (m *Metrics) Quarantined(eventType, errorClass string) {
+	if m != nil {
+		m.quarantined.WithLabelValues(eventType, errorClass).Inc()
+	}
+}
+
+// Repaired counts one applied repair or replay.
+func (m *Metrics) Repaired(action string) {
+	if m != nil {
+		m.repairs.WithLabelValues(action).Inc()
+	}
+}
+
+// outboxCollector reads the outbox's undelivered rows at scrape time, so the
+// figures are right whichever Ferry process is scraped.
+type outboxCollector struct {
+	pool    *pgxpool.Pool
+	events  *prometheus.Desc
+	age     *prometheus.Desc
+	errDesc *prometheus.Desc
+}
+
+// NewOutboxCollector returns a collector of
+// ferry_outbox_events{aggregate_type,status} and
+// ferry_outbox_oldest_age_seconds{aggregate_type,status} over rows that are
+// not yet published (pending, dispatched, quarantined, skipped).
+func NewOutboxCollector(pool *pgxpool.Pool) prometheus.Collector {
+	labels := []string{"aggregate_type", "status"}
+	return &outboxCollector{
+		pool:    pool,
+		events:  prometheus.NewDesc("ferry_outbox_events", "Outbox rows not yet published, by aggregate type and status.", labels, nil),
+		age:     prometheus.NewDesc("ferry_outbox_oldest_age_seconds", "Age of the oldest row not yet published, by aggregate type and status.", labels, nil),
+		errDesc: prometheus.NewDesc("ferry_outbox_scrape_error", "1 when reading the outbox for this scrape failed.", nil, nil),
+	}
+}
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.events
+	ch <- c.age
+	ch <- c.errDesc
+}
+
+// sqlOutboxState groups the small undelivered part of the table; published
+// rows, the bulk, are excluded by the status filter.
+const sqlOutboxState = `
+SELECT aggregate_type, status, count(*), extract(epoch FROM now() - min(created_at))
+FROM outbox_events
+WHERE status <> 'published'
+GROUP BY aggregate_type, status`
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	failed := 0.0
+	rows, err := c.pool.Query(ctx, sqlOutboxState)
+	if err == nil {
+		for rows.Next() {
+			var aggType, status string
+			var n int64
+			var age float64
+			if err = rows.Scan(&aggType, &status, &n, &age); err != nil {
+				break
+			}
+			ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(n), aggType, status)
+			ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, aggType, status)
+		}
+		rows.Close()
+		err = errors.Join(err, rows.Err())
+	}
+	if err != nil {
+		failed = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.errDesc, prometheus.GaugeValue, failed)
+}
+
+// Server serves /metrics.
+type Server struct {
+	addr string
+	reg  *prometheus.Registry
+
+	mu  sync.Mutex
+	srv *http.Server
+	ln  net.Listener
+}
+
+// NewRegistry returns a registry with Go runtime and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// NewServer serves reg on addr (host:port; port 0 picks one).
+func NewServer(addr string, reg *prometheus.Registry) *Server {
+	return &Server{addr: addr, reg: reg}
+}
+
+// Start listens and serves in the background.
+func (s *Server) Start(context.Context) error {
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %s: %w", s.addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.mu.Lock()
+	s.ln = ln
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := s.srv
+	s.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}
+
+// Addr is the address it listens on, once started.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return s.addr
+	}
+	return s.ln.Addr().String()
+}
+
+// Stop stops serving. Safe to call more than once.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}
