@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-outbox/ferry/devserver"
+	"github.com/ferry-outbox/ferry/examples/inventory"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/demo"
 	"github.com/ferry-outbox/ferry/outbox"
@@ -29,7 +30,8 @@ func devCmd(g *globals) *cobra.Command {
 an embedded Temporal server (SQLite under --data-dir) on --temporal-address,
 the Temporal UI on --ui-address, then migrates PostgreSQL, runs the poller and
 the worker, and (unless --no-demo) a producer that commits demo orders with
-their outbox events, and a tail that prints what reaches RabbitMQ.`,
+their outbox events, and the example inventory consumer (examples/inventory),
+which prints what it applies and what it deduplicates.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, logger, err := g.config()
@@ -72,7 +74,8 @@ their outbox events, and a tail that prints what reaches RabbitMQ.`,
 					fmt.Fprintln(out, "  Demo:         off; insert rows into outbox_events to see them flow")
 					return
 				}
-				fmt.Fprintf(out, "  Demo:         an order every %s; queue %q prints what RabbitMQ receives\n\n", every, "ferry.demo")
+				fmt.Fprintf(out, "  Demo:         an order every %s; consumer %q on queue %q prints what it applies and deduplicates\n\n",
+					every, inventory.ConsumerName, inventory.DefaultQueue)
 				cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 				defer cancel()
 				pool, err := app.OpenPool(cctx, cfg.PostgresURL)
@@ -84,7 +87,13 @@ their outbox events, and a tail that prints what reaches RabbitMQ.`,
 				wg.Add(2)
 				go func() {
 					defer wg.Done()
-					_ = demo.Tail(demoCtx, cfg.AMQPURL, cfg.Exchange, "ferry.demo", out)
+					// Every 5th applied message is sent again, so the
+					// deduplication shows.
+					err := inventory.Run(demoCtx, inventory.Config{PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL,
+						Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: logger})
+					if err != nil {
+						fmt.Fprintf(out, "ferry dev: example consumer stopped: %v\n", err)
+					}
 				}()
 				go func() {
 					defer wg.Done()
@@ -101,6 +110,6 @@ their outbox events, and a tail that prints what reaches RabbitMQ.`,
 	f.StringVar(&dataDir, "data-dir", env("FERRY_DEV_DATA_DIR", ".ferry"), "folder for the embedded server's SQLite file (FERRY_DEV_DATA_DIR)")
 	f.StringVar(&uiAddress, "ui-address", env("FERRY_DEV_UI_ADDRESS", "127.0.0.1:8233"), "host:port of the Temporal UI; empty disables it (FERRY_DEV_UI_ADDRESS)")
 	f.DurationVar(&every, "demo-every", envDuration("FERRY_DEV_DEMO_EVERY", time.Second), "pause between demo transactions")
-	f.BoolVar(&noDemo, "no-demo", false, "run without the demo producer and tail")
+	f.BoolVar(&noDemo, "no-demo", false, "run without the demo producer and consumer")
 	return cmd
 }
