@@ -80,6 +80,7 @@ Every flag can also be set by the environment variable shown with it.`,
 		serveCmd(g, "poller", "Run only the poller (PostgreSQL → Temporal)", app.Roles{Poller: true}),
 		serveCmd(g, "worker", "Run only the worker (Temporal → RabbitMQ)", app.Roles{Worker: true}),
 		devCmd(g),
+		consumeExampleCmd(g),
 	)
 	root.AddCommand(operatorCmds(g)...)
 	return root
