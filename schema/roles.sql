@@ -20,8 +20,11 @@
 --           read payloads, change or delete rows, or touch the version
 --           counters directly.
 -- relay     `ferry run`, `ferry poller`, `ferry worker`: read the outbox and
---           update its bookkeeping columns and the delivered version. It
---           cannot insert or delete events, or change a payload.
+--           update its bookkeeping columns and the delivered version; apply
+--           repairs (the worker patches a quarantined event's payload and
+--           schema version on an operator's request, and appends the audit
+--           row to ferry_repairs). It cannot insert or delete events, change
+--           their identity, type or order, or rewrite the audit trail.
 -- consumer  owns the schema :consumer_schema, where it creates its inbox
 --           (package inbox) and business tables; no access to the outbox.
 --
@@ -64,10 +67,15 @@ GRANT SELECT (id, aggregate_version) ON :"schema".outbox_events TO :"producer";
 
 -- relay
 GRANT SELECT ON :"schema".outbox_events, :"schema".outbox_aggregates TO :"relay";
--- Only the relay's bookkeeping: never the event itself.
-GRANT UPDATE (status, attempts, next_attempt_at, claimed_by, dispatched_at, published_at, last_error)
+-- The relay's bookkeeping, and the two columns a repair may patch (payload,
+-- schema_version: audited in ferry_repairs). Never an event's identity,
+-- aggregate, version or type.
+GRANT UPDATE (status, attempts, next_attempt_at, claimed_by, dispatched_at, published_at, last_error,
+              payload, schema_version)
     ON :"schema".outbox_events TO :"relay";
 GRANT UPDATE (delivered_version, updated_at) ON :"schema".outbox_aggregates TO :"relay";
+-- The audit trail: append and read, never update or delete.
+GRANT SELECT, INSERT ON :"schema".ferry_repairs TO :"relay";
 
 COMMIT;
 

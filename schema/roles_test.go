@@ -161,6 +161,7 @@ func TestProducerRole(t *testing.T) {
 		"move delivered_version":    `UPDATE outbox_aggregates SET delivered_version = 100`,
 		"insert a counter":          `INSERT INTO outbox_aggregates VALUES ('order', '9', 5, 5)`,
 		"read migrations":           `SELECT * FROM ferry_schema_migrations`,
+		"read the repair audit":     `SELECT * FROM ferry_repairs`,
 		"create a table":            `CREATE TABLE sneaky (id int)`,
 		"call the trigger function": `SELECT outbox_assign_version()`,
 	} {
@@ -222,10 +223,26 @@ func TestRelayRole(t *testing.T) {
 	require.NoError(t, val.Get(&cursor))
 	require.Equal(t, int64(1), cursor.Delivered)
 
+	// A poison event: quarantined, then patched on an operator's request,
+	// which writes the audit row.
+	r.insert(t, "2")
+	var poison string
+	require.NoError(t, r.db.Pool.QueryRow(ctx, `SELECT id::text FROM outbox_events WHERE aggregate_id = '2'`).Scan(&poison))
+	_, err = env.ExecuteActivity(workflows.QuarantineActivity, workflows.QuarantineInput{EventID: poison, EventType: "created", ErrorClass: "test", Error: "boom"})
+	require.NoError(t, err)
+	_, err = env.ExecuteActivity(workflows.RepairActivity, workflows.RepairInput{
+		Request:       workflows.RepairRequest{RequestID: "r1", Action: workflows.ActionPatch, EventID: poison, Reason: "fix", Actor: "ops", Payload: json.RawMessage(`{"fixed": true}`)},
+		AggregateType: "order", AggregateID: "2", Version: 1,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM ferry_repairs WHERE request_id = 'r1'`))
+
 	for what, sql := range map[string]string{
 		"insert events":        `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '3', 'created', '{}')`,
-		"change a payload":     `UPDATE outbox_events SET payload = '{"forged": true}'`,
 		"change an event type": `UPDATE outbox_events SET event_type = 'forged'`,
+		"move an event":        `UPDATE outbox_events SET aggregate_id = '9', aggregate_version = 7`,
+		"rewrite the audit":    `UPDATE ferry_repairs SET reason = 'nothing happened'`,
+		"erase the audit":      `DELETE FROM ferry_repairs`,
 		"delete events":        `DELETE FROM outbox_events`,
 		"truncate":             `TRUNCATE outbox_events`,
 		"move last_version":    `UPDATE outbox_aggregates SET last_version = 100`,
@@ -234,6 +251,12 @@ func TestRelayRole(t *testing.T) {
 	} {
 		requireDenied(t, r.as(t, r.relay, sql), what)
 	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string) (n int) {
+	t.Helper()
+	require.NoError(t, pool.QueryRow(context.Background(), sql).Scan(&n))
+	return n
 }
 
 func TestConsumerRole(t *testing.T) {
