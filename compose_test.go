@@ -52,8 +52,9 @@ func TestDockerComposeIsConsistent(t *testing.T) {
 	c, raw := loadCompose(t)
 
 	// Jobs run to completion; everything else is checked for health.
-	jobs := []string{"ferry-migrate"}
-	for _, name := range []string{"postgres", "rabbitmq", "temporal", "temporal-ui", "ferry-migrate", "ferry-worker", "ferry-poller"} {
+	jobs := []string{"ferry-migrate", "ferry-setup-temporal"}
+	for _, name := range []string{"postgres", "rabbitmq", "temporal", "temporal-ui", "ferry-migrate", "ferry-setup-temporal",
+		"ferry-worker", "ferry-poller", "ferry-consumer"} {
 		require.Contains(t, c.Services, name)
 	}
 	pinned := regexp.MustCompile(`^[a-z0-9./_-]+:[0-9][A-Za-z0-9._-]*$`)
@@ -97,24 +98,30 @@ func TestDockerComposeIsConsistent(t *testing.T) {
 		require.True(t, strings.HasPrefix(m[2], ":?"), "${%s%s}: a password must be required (:?), never defaulted", m[1], m[2])
 	}
 
-	// The dependency order of the issue: PostgreSQL → Temporal → migrate →
-	// worker and pollers.
+	// The dependency order: PostgreSQL → Temporal → search attributes and
+	// migrations → worker and pollers; the consumer after the tables.
 	requireDependsOn(t, c, "temporal", "postgres", "service_healthy")
 	requireDependsOn(t, c, "temporal-ui", "temporal", "service_healthy")
 	requireDependsOn(t, c, "ferry-migrate", "postgres", "service_healthy")
 	for _, relay := range []string{"ferry-worker", "ferry-poller"} {
 		requireDependsOn(t, c, relay, "ferry-migrate", "service_completed_successfully")
+		requireDependsOn(t, c, relay, "ferry-setup-temporal", "service_completed_successfully")
 		requireDependsOn(t, c, relay, "temporal", "service_healthy")
 	}
 	requireDependsOn(t, c, "ferry-worker", "rabbitmq", "service_healthy")
+	requireDependsOn(t, c, "ferry-setup-temporal", "temporal", "service_healthy")
+	requireDependsOn(t, c, "ferry-consumer", "ferry-migrate", "service_completed_successfully")
+	requireDependsOn(t, c, "ferry-consumer", "rabbitmq", "service_healthy")
 
 	// Ferry runs as separate poller and worker services, two pollers.
 	require.Equal(t, []string{"migrate"}, c.Services["ferry-migrate"].Command)
+	require.Equal(t, []string{"setup-temporal"}, c.Services["ferry-setup-temporal"].Command)
+	require.Equal(t, []string{"consume-example"}, c.Services["ferry-consumer"].Command)
 	require.Equal(t, []string{"worker"}, c.Services["ferry-worker"].Command)
 	require.Equal(t, []string{"poller"}, c.Services["ferry-poller"].Command)
 	require.Equal(t, 2, c.Services["ferry-poller"].Deploy.Replicas)
 	// The health check runs the image's binary (no shell or curl in it).
-	for _, name := range []string{"ferry-worker", "ferry-poller"} {
+	for _, name := range []string{"ferry-worker", "ferry-poller", "ferry-consumer"} {
 		require.Equal(t, []string{"CMD", "/ferry", "ping"}, c.Services[name].Healthcheck.Test, name)
 	}
 	require.Contains(t, c.Services["rabbitmq"].Image, "-management", "RabbitMQ with its management UI")
