@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/inbox"
@@ -406,4 +407,9 @@ func TestNewCleanerValidatesConfig(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantField)
 		})
 	}
+}
+
+func TestCleanerModuleGraphIsComplete(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, fx.ValidateApp(fx.Supply(inbox.CleanerConfig{}), inbox.CleanerModule))
 }
