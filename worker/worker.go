@@ -24,6 +24,12 @@ type Config struct {
 	Activities *activities.Activities
 	// TaskQueue; must match the poller's. Default "ferry".
 	TaskQueue string
+	// Namespace the client is connected to, where Start checks that Ferry's
+	// search attributes are registered. Default "default".
+	Namespace string
+	// SkipSearchAttributeCheck skips that check (for a worker whose
+	// namespace is known to have them). Default false.
+	SkipSearchAttributeCheck bool
 	// MaxConcurrentActivities bounds publishes in flight. Default 64.
 	MaxConcurrentActivities int
 }
@@ -41,6 +47,7 @@ type Worker struct {
 // New validates cfg and registers the workflow and activities.
 func New(cfg Config) (*Worker, error) {
 	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, "ferry")
+	cfg.Namespace = cmp.Or(cfg.Namespace, "default")
 	cfg.MaxConcurrentActivities = cmp.Or(cfg.MaxConcurrentActivities, 64)
 	switch {
 	case cfg.Temporal == nil:
@@ -75,14 +82,23 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 // TaskQueue is the queue the worker polls.
 func (w *Worker) TaskQueue() string { return w.cfg.TaskQueue }
 
-// Start starts polling and returns at once. A Worker cannot be started
-// again after Stop.
-func (w *Worker) Start(context.Context) error {
+// Start checks that the namespace has Ferry's search attributes (a
+// workflow that sets unregistered ones would stall on every task), starts
+// polling and returns. A Worker cannot be started again after Stop.
+func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		// The SDK panics when a stopped worker is started.
 		return fmt.Errorf("start worker on task queue %q: already stopped", w.cfg.TaskQueue)
+	}
+	if !w.cfg.SkipSearchAttributeCheck {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := EnsureSearchAttributes(cctx, w.cfg.Temporal, w.cfg.Namespace, false)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("start worker on task queue %q: %w", w.cfg.TaskQueue, err)
+		}
 	}
 	w.started = true
 	if err := w.w.Start(); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 )
@@ -34,6 +35,9 @@ func Options(cfg Config, roles Roles, logger *slog.Logger) fx.Option {
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		PostgresModule,
 		TemporalModule,
+		MetricsModule,
+		// Built even when nothing else asks for it, so /metrics serves.
+		fx.Invoke(func(*metrics.Metrics) {}),
 	}
 	if roles.Worker {
 		opts = append(opts, WorkerModule)
@@ -143,17 +147,22 @@ func OpenPublisher(ctx context.Context, cfg Config) (*broker.Publisher, error) {
 }
 
 // WorkerConfig is the worker's configuration over pool, Temporal and the
-// publisher.
+// publisher, without metrics.
 func WorkerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher) (worker.Config, error) {
+	return WorkerConfigWithMetrics(cfg, pool, c, pub, nil)
+}
+
+// WorkerConfigWithMetrics is WorkerConfig whose activities count into m.
+func WorkerConfigWithMetrics(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics) (worker.Config, error) {
 	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
 	if err != nil {
 		return worker.Config{}, err
 	}
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key})
+	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Metrics: m})
 	if err != nil {
 		return worker.Config{}, err
 	}
-	return worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue}, nil
+	return worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace}, nil
 }
 
 // PollerConfig is the poller's configuration over pool and Temporal.
@@ -166,6 +175,7 @@ func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		Lease:        cfg.Lease,
 		PollInterval: cfg.PollInterval,
 		IdleTimeout:  cfg.IdleTimeout,
+		Policies:     cfg.Policies,
 		Logger:       logger,
 	}
 }

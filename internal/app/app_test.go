@@ -181,3 +181,31 @@ func TestOpenPoolNeverShowsThePassword(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePolicy(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in       string
+		wantType string
+		want     workflows.EventPolicy
+		wantErr  string
+	}{
+		{in: "paid:max-attempts=3", wantType: "paid", want: workflows.EventPolicy{MaxAttempts: 3}},
+		{in: "*:on-poison=skip", wantType: "*", want: workflows.EventPolicy{OnPoison: "skip"}},
+		{in: "created:max-attempts=5,on-poison=block", wantType: "created", want: workflows.EventPolicy{MaxAttempts: 5, OnPoison: "block"}},
+		{in: "paid", wantErr: "use TYPE:max-attempts"},
+		{in: "paid:max-attempts=0", wantErr: "from 1 to 1000"},
+		{in: "paid:on-poison=drop", wantErr: "must be block or skip"},
+		{in: "paid:retries=3", wantErr: `unknown setting "retries"`},
+	}
+	for _, tt := range tests {
+		typ, p, err := app.ParsePolicy(tt.in)
+		if tt.wantErr != "" {
+			require.ErrorContains(t, err, tt.wantErr, tt.in)
+			continue
+		}
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.wantType, typ)
+		require.Equal(t, tt.want, p)
+	}
+}

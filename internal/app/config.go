@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // Config is everything a Ferry process needs. The CLI fills it from flags
@@ -39,6 +42,12 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ConnectTimeout bounds reaching each dependency at start; default 10s.
 	ConnectTimeout time.Duration
+	// Policies of retries and poison handling by event type, "*" for the
+	// rest. Default: workflows.DefaultMaxAttempts, then block the aggregate.
+	Policies map[string]workflows.EventPolicy
+	// MetricsAddress serves Prometheus /metrics when set (host:port).
+	// Default: off.
+	MetricsAddress string
 
 	// TemporalTLS dials Temporal over TLS, verifying the server against the
 	// system's roots. Implied by every TemporalTLS* setting below and by
@@ -103,4 +112,33 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// ParsePolicy reads one --policy value, "TYPE:max-attempts=N,on-poison=skip"
+// (either setting may be left out; TYPE "*" is every other type).
+func ParsePolicy(s string) (string, workflows.EventPolicy, error) {
+	var p workflows.EventPolicy
+	typ, settings, ok := strings.Cut(s, ":")
+	if !ok || typ == "" || settings == "" {
+		return "", p, fmt.Errorf("policy %q: use TYPE:max-attempts=N,on-poison=block|skip", s)
+	}
+	for _, kv := range strings.Split(settings, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		switch k {
+		case "max-attempts":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				return "", p, fmt.Errorf("policy %q: max-attempts %q must be a whole number from 1 to 1000", s, v)
+			}
+			p.MaxAttempts = int32(n)
+		case "on-poison":
+			if v != workflows.OnPoisonBlock && v != workflows.OnPoisonSkip {
+				return "", p, fmt.Errorf("policy %q: on-poison %q must be block or skip", s, v)
+			}
+			p.OnPoison = v
+		default:
+			return "", p, fmt.Errorf("policy %q: unknown setting %q (max-attempts, on-poison)", s, k)
+		}
+	}
+	return typ, p, nil
 }

@@ -1,12 +1,15 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 )
@@ -40,7 +43,7 @@ var (
 	WorkerModule = fx.Module("ferry.worker",
 		fx.Decorate(withDefaults),
 		fx.Provide(fx.Private, NewPublisher),
-		fx.Provide(fx.Private, WorkerConfig),
+		fx.Provide(fx.Private, workerConfig),
 		worker.Module,
 	)
 )
@@ -62,6 +65,44 @@ func (p Params) logger() *slog.Logger {
 }
 
 func withDefaults(c Config) (Config, error) { return c.WithDefaults() }
+
+type workerDeps struct {
+	fx.In
+
+	Config    Config
+	Pool      *pgxpool.Pool
+	Temporal  client.Client
+	Publisher *broker.Publisher
+	Metrics   *metrics.Metrics `optional:"true"`
+}
+
+func workerConfig(d workerDeps) (worker.Config, error) {
+	return WorkerConfigWithMetrics(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics)
+}
+
+// MetricsModule provides Ferry's counters (*metrics.Metrics) on a registry
+// with the outbox collector, served on Config.MetricsAddress when set.
+// Needs a *pgxpool.Pool.
+var MetricsModule = fx.Module("ferry.metrics",
+	fx.Decorate(withDefaults),
+	fx.Provide(newMetrics),
+)
+
+func newMetrics(p Params, pool *pgxpool.Pool) (*metrics.Metrics, error) {
+	reg := metrics.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Register(metrics.NewOutboxCollector(pool)); err != nil {
+		return nil, fmt.Errorf("register outbox collector: %w", err)
+	}
+	if p.Config.MetricsAddress != "" {
+		srv := metrics.NewServer(p.Config.MetricsAddress, reg)
+		p.Lifecycle.Append(fx.StartStopHook(srv.Start, srv.Stop))
+	}
+	return m, nil
+}
 
 func pollerConfig(p Params, pool *pgxpool.Pool, c client.Client) poller.Config {
 	return PollerConfig(p.Config, pool, c, p.logger())

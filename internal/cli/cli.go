@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/schema"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // Main runs the ferry command with args (without the program name) and
@@ -38,6 +39,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 type globals struct {
 	cfg        app.Config
 	logLevel   string
+	policies   []string
 	configFile string
 	stdout     io.Writer
 	stderr     io.Writer
@@ -69,6 +71,8 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.DurationVar(&g.cfg.Lease, "lease", envDuration("FERRY_LEASE", 30*time.Second), "lease of claimed rows (FERRY_LEASE)")
 	f.DurationVar(&g.cfg.PollInterval, "poll-interval", envDuration("FERRY_POLL_INTERVAL", time.Second), "fallback poll interval when no NOTIFY arrives (FERRY_POLL_INTERVAL)")
 	f.DurationVar(&g.cfg.IdleTimeout, "idle-timeout", envDuration("FERRY_IDLE_TIMEOUT", time.Minute), "an idle aggregate workflow completes after this (FERRY_IDLE_TIMEOUT)")
+	f.StringArrayVar(&g.policies, "policy", envList("FERRY_POLICY"), "retries and poison handling of an event type, TYPE:max-attempts=N,on-poison=block|skip; TYPE * for the rest (repeatable; FERRY_POLICY, ';'-separated)")
+	f.StringVar(&g.cfg.MetricsAddress, "metrics-address", env("FERRY_METRICS_ADDRESS", ""), "serve Prometheus /metrics on host:port; empty: off (FERRY_METRICS_ADDRESS)")
 	f.StringVar(&g.logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (FERRY_LOG_LEVEL)")
 	addTemporalSecurityFlags(f, g)
 	addConfigFileFlag(root, g)
@@ -90,6 +94,16 @@ func (g *globals) config() (app.Config, *slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return app.Config{}, nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", g.logLevel)
+	}
+	for _, raw := range g.policies {
+		typ, p, err := app.ParsePolicy(raw)
+		if err != nil {
+			return app.Config{}, nil, err
+		}
+		if g.cfg.Policies == nil {
+			g.cfg.Policies = map[string]workflows.EventPolicy{}
+		}
+		g.cfg.Policies[typ] = p
 	}
 	cfg, err := g.cfg.WithDefaults()
 	if err != nil {
@@ -189,6 +203,14 @@ func roleNames(r app.Roles) string {
 		names = append(names, "worker")
 	}
 	return strings.Join(names, " and ")
+}
+
+func envList(name string) []string {
+	v := env(name, "")
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ";")
 }
 
 func env(name, def string) string {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -71,7 +72,7 @@ func setupTemporalCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			added, err := app.EnsureSearchAttributes(ctx, c, cfg.Namespace, true)
+			added, err := worker.EnsureSearchAttributes(ctx, c, cfg.Namespace, true)
 			if err != nil {
 				return err
 			}
