@@ -29,10 +29,18 @@ build: ## Build bin/ferry (the first build compiles the Temporal server: 5-20 mi
 	$(GO) build -o $(BIN)/ferry ./cmd/ferry
 
 .PHONY: test
-test: ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
+test: browser ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(UNIT_PKGS)
-	$(GO) test -count=1 -timeout 30m $(SERVER_PKGS)
+	@mkdir -p test-output
+	$(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(SERVER_PKGS)
+	@echo "screenshots and other test artifacts: test-output/_artifacts/"
+
+.PHONY: browser
+browser: ## Install headless Chromium (Debian package) for the UI test, if missing
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "installing chromium for the UI test (apt-get)…"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 .PHONY: check
 check: lint test ## lint + test (what CI runs)
