@@ -22,5 +22,5 @@ func TestHeadersAreTheRelays(t *testing.T) {
 
 func TestModuleGraphIsComplete(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, fx.ValidateApp(fx.Supply(consumer.Config{}), consumer.Module))
+	require.NoError(t, fx.ValidateApp(fx.NopLogger, fx.Supply(consumer.Config{}), consumer.Module))
 }

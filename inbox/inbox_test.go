@@ -411,5 +411,5 @@ func TestNewCleanerValidatesConfig(t *testing.T) {
 
 func TestCleanerModuleGraphIsComplete(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, fx.ValidateApp(fx.Supply(inbox.CleanerConfig{}), inbox.CleanerModule))
+	require.NoError(t, fx.ValidateApp(fx.NopLogger, fx.Supply(inbox.CleanerConfig{}), inbox.CleanerModule))
 }
