@@ -170,21 +170,15 @@ func (px *TLSProxy) Handshakes() (ok, failed int) {
 	return px.handshakes, px.rejected
 }
 
-func (px *TLSProxy) track(c net.Conn) bool {
+// track remembers c, so cleanup can close it.
+func (px *TLSProxy) track(c net.Conn) {
 	px.mu.Lock()
 	defer px.mu.Unlock()
-	if px.conns == nil {
-		return false
-	}
 	px.conns[c] = struct{}{}
-	return true
 }
 
 func (px *TLSProxy) handle(client *tls.Conn, target string) {
-	if !px.track(client) {
-		_ = client.Close()
-		return
-	}
+	px.track(client)
 	defer client.Close()
 	_ = client.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := client.Handshake(); err != nil {
@@ -201,10 +195,7 @@ func (px *TLSProxy) handle(client *tls.Conn, target string) {
 	if err != nil {
 		return
 	}
-	if !px.track(server) {
-		_ = server.Close()
-		return
-	}
+	px.track(server)
 	defer server.Close()
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(server, client); _ = server.Close(); done <- struct{}{} }()
