@@ -39,7 +39,7 @@ type env struct {
 	queue  string
 	inbox  *inbox.Inbox
 	ch     *amqp.Channel // the test's own channel, in confirm mode
-	logs   *syncBuffer
+	logs   *testenv.Buffer
 }
 
 func setup(t *testing.T) *env {
@@ -63,7 +63,7 @@ func setup(t *testing.T) *env {
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.Confirm(false))
-	e := &env{t: t, db: db, broker: b, proxy: proxy, queue: testenv.Name("ferry.consumer"), inbox: in, ch: ch, logs: &syncBuffer{}}
+	e := &env{t: t, db: db, broker: b, proxy: proxy, queue: testenv.Name("ferry.consumer"), inbox: in, ch: ch, logs: &testenv.Buffer{}}
 	t.Cleanup(func() {
 		for _, q := range []string{e.queue, e.queue + ".retry", e.queue + ".dlq"} {
 			_, _ = ch.QueueDelete(q, false, false, false)
@@ -217,23 +217,6 @@ func (r *results) outcomes() []string {
 	return out
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Issue #4, test 1: the same event delivered at the same time to two
 // instances of one consumer takes effect once. Each instance has a prefetch
 // of one, so the broker hands one copy to each; the instance whose handler
@@ -243,23 +226,10 @@ func TestSameEventToTwoInstancesTakesEffectOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	holdUntilPeerBlocked := func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var waiting int
-			err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
-				WHERE locktype = 'transactionid' AND NOT granted
-				  AND transactionid = pg_current_xact_id()::text::xid`).Scan(&waiting)
-			if err != nil {
-				return err
-			}
-			if waiting > 0 {
-				return record(ctx, tx, ev)
-			}
-			if time.Now().After(deadline) {
-				return errors.New("the other instance never blocked on the event")
-			}
-			time.Sleep(5 * time.Millisecond)
+		if err := testenv.WaitForWaiter(ctx, tx, 10*time.Second); err != nil {
+			return err
 		}
+		return record(ctx, tx, ev)
 	}
 	cfg := e.config(holdUntilPeerBlocked)
 	cfg.Prefetch, cfg.Concurrency = 1, 1

@@ -129,27 +129,10 @@ func TestSameEventConcurrentlyTakesEffectOnce(t *testing.T) {
 	ctx := t.Context()
 
 	waitForBlockedPeer := func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var waiting int
-			// Through tx: the pool's other connections may all be taken
-			// by the instances waiting on this one. pg_locks is read
-			// afresh by every statement, and a peer blocked on the
-			// event's row waits for this transaction's id.
-			err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
-				WHERE locktype = 'transactionid' AND NOT granted
-				  AND transactionid = pg_current_xact_id()::text::xid`).Scan(&waiting)
-			if err != nil {
-				return err
-			}
-			if waiting > 0 {
-				return record(ctx, tx, ev)
-			}
-			if time.Now().After(deadline) {
-				return errors.New("no other instance blocked on the event within 10s")
-			}
-			time.Sleep(5 * time.Millisecond)
+		if err := testenv.WaitForWaiter(ctx, tx, 10*time.Second); err != nil {
+			return err
 		}
+		return record(ctx, tx, ev)
 	}
 
 	const instances = 8
