@@ -280,10 +280,17 @@ type child struct {
 
 func (e *env) startChild(t *testing.T) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "run")
+	return e.startProcess(t, "run")
+}
+
+// startProcess runs `ferry <sub>` in a process of its own against the test's
+// schema, broker and task queue until the test ends. extraEnv overrides.
+func (e *env) startProcess(t *testing.T, sub string, extraEnv ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], sub)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		childEnv+"=1",
 		"FERRY_POSTGRES_URL="+e.db.URL,
 		"FERRY_AMQP_URL="+e.br.URL,
@@ -294,13 +301,13 @@ func (e *env) startChild(t *testing.T) *child {
 		"FERRY_POLL_INTERVAL=200ms",
 		"FERRY_LEASE=12s",
 		"FERRY_LOG_LEVEL=warn",
-	)
+	), extraEnv...)
 	require.NoError(t, cmd.Start())
 	c := &child{cmd: cmd, out: out}
 	t.Cleanup(func() {
 		c.kill()
 		if t.Failed() {
-			t.Logf("output of ferry run (pid %d):\n%s", cmd.Process.Pid, out.String())
+			t.Logf("output of ferry %s (pid %d):\n%s", sub, cmd.Process.Pid, out.String())
 		}
 	})
 	return c

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -11,36 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
-
-// startProcess runs `ferry <sub>` in a process of its own against the test's
-// schema, broker and task queue until the test ends. extraEnv overrides.
-func (e *env) startProcess(t *testing.T, sub string, extraEnv ...string) *child {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], sub)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(append(os.Environ(),
-		childEnv+"=1",
-		"FERRY_POSTGRES_URL="+e.db.URL,
-		"FERRY_AMQP_URL="+e.br.URL,
-		"FERRY_TEMPORAL_ADDRESS="+temporalAddr,
-		"FERRY_TEMPORAL_NAMESPACE="+namespace,
-		"FERRY_TASK_QUEUE="+e.taskQueue,
-		"FERRY_EXCHANGE="+e.br.Exchange,
-		"FERRY_POLL_INTERVAL=200ms",
-		"FERRY_LEASE=12s",
-		"FERRY_LOG_LEVEL=warn",
-	), extraEnv...)
-	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, out: out}
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("output of ferry %s (pid %d):\n%s", sub, cmd.Process.Pid, out.String())
-		}
-	})
-	return c
-}
 
 // commitConcurrently commits n events over the given number of aggregates
 // from 4 goroutines at once, and returns their ids.
