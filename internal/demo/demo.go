@@ -12,9 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -105,54 +103,6 @@ func (p *Producer) pay(ctx context.Context, id uuid.UUID) error {
 	}
 	fmt.Fprintf(p.Out, "→ committed  order %s  paid     v%d  event %s\n", short(id.String()), w.AggregateVersion, short(w.ID.String()))
 	return nil
-}
-
-// Tail declares queue (bound to every routing key of exchange) and prints
-// each message until ctx ends. It redials when the broker goes away.
-func Tail(ctx context.Context, amqpURL, exchange, queue string, out io.Writer) error {
-	for ctx.Err() == nil {
-		err := tailOnce(ctx, amqpURL, exchange, queue, out)
-		if ctx.Err() != nil {
-			return nil
-		}
-		fmt.Fprintf(out, "demo tail: %v (reconnecting in 2s)\n", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(2 * time.Second):
-		}
-	}
-	return nil
-}
-
-func tailOnce(ctx context.Context, amqpURL, exchange, queue string, out io.Writer) error {
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		return err
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		return err
-	}
-	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
-		return err
-	}
-	deliveries, err := ch.ConsumeWithContext(ctx, queue, "", true, false, false, false, nil)
-	if err != nil {
-		return err
-	}
-	for d := range deliveries {
-		fmt.Fprintf(out, "← delivered  %s %s  %-8s v%v  message-id %s\n",
-			d.Headers[activities.HeaderAggregateType], short(fmt.Sprint(d.Headers[activities.HeaderAggregateID])),
-			d.Type, d.Headers[activities.HeaderAggregateVersion], short(d.MessageId))
-	}
-	return fmt.Errorf("delivery channel closed")
 }
 
 func short(s string) string {
