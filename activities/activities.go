@@ -41,6 +41,9 @@ type Config struct {
 	// RoutingKey builds a message's routing key. Default
 	// "<aggregate_type>.<event_type>".
 	RoutingKey func(aggregateType, eventType string) string
+	// Effects resolves the effect workflows to start for a published event
+	// (effects.Router.For). Default: none.
+	Effects func(aggregateType, eventType string) []workflows.EffectStart
 }
 
 // Activities are the aggregate workflow's activities.
@@ -49,6 +52,7 @@ type Activities struct {
 	pub        *broker.Publisher
 	routingKey func(aggregateType, eventType string) string
 	metrics    *metrics.Metrics
+	effects    func(aggregateType, eventType string) []workflows.EffectStart
 }
 
 // New validates cfg.
@@ -62,7 +66,10 @@ func New(cfg Config) (*Activities, error) {
 	if cfg.RoutingKey == nil {
 		cfg.RoutingKey = DefaultRoutingKey
 	}
-	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey, metrics: cfg.Metrics}, nil
+	if cfg.Effects == nil {
+		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
+	}
+	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey, metrics: cfg.Metrics, effects: cfg.Effects}, nil
 }
 
 // DefaultRoutingKey is "<aggregate_type>.<event_type>".
@@ -134,8 +141,9 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 			fmt.Sprintf("event %s is %s/%s v%d in outbox_events, but was signalled as %s/%s v%d",
 				in.EventID, ev.aggType, ev.aggID, ev.version, in.AggregateType, in.AggregateID, in.Version), ErrTypeMismatch, nil)
 	}
+	effects := a.effects(ev.aggType, ev.eventType)
 	if ev.status == "published" {
-		return workflows.PublishResult{AlreadyPublished: true}, nil
+		return workflows.PublishResult{AlreadyPublished: true, Effects: effects}, nil
 	}
 	if err := a.send(ctx, in.EventID, ev); err != nil {
 		a.noteError(ctx, in.EventID, err)
@@ -145,7 +153,7 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}
 	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
-	return workflows.PublishResult{}, nil
+	return workflows.PublishResult{Effects: effects}, nil
 }
 
 // load reads an outbox row, classifying a row that cannot exist as

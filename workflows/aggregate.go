@@ -120,7 +120,10 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 		st.drain(signals)
 
 		if st.blocked != nil {
-			decided := st.waitForDecision(ctx, maxHistory)
+			decided, err := st.waitForDecision(ctx, maxHistory)
+			if err != nil {
+				return err
+			}
 			if !decided {
 				return st.continueAsNew(ctx, signals)
 			}
@@ -216,6 +219,8 @@ type aggregateState struct {
 	repairing bool           // a repair's activity is running
 	repairs   []RepairResult // recent results, for idempotency by request id
 	rejected  []string
+
+	effects EffectCounts // effect workflow starts (effects.go)
 }
 
 const keepRepairs = 100
@@ -240,6 +245,7 @@ func (s *aggregateState) publish(ctx workflow.Context, ev EventRef) error {
 	}).Get(ctx, &res)
 	if err == nil {
 		s.done(ev)
+		s.startEffects(ctx, ev, res.Effects)
 	}
 	return err
 }
@@ -281,19 +287,25 @@ func (s *aggregateState) quarantine(ctx workflow.Context, ev EventRef, cause err
 
 // waitForDecision waits until a repair decides the blocked event's fate (true)
 // or the history needs a new run (false). A broker outage's quarantine is
-// retried on its own after InfraRetryInterval.
-func (s *aggregateState) waitForDecision(ctx workflow.Context, maxHistory int) bool {
+// retried on its own after InfraRetryInterval. The error is the workflow's
+// cancellation: a cancelled blocked workflow ends, it neither retries nor
+// continues as new.
+func (s *aggregateState) waitForDecision(ctx workflow.Context, maxHistory int) (bool, error) {
 	cond := func() bool { return s.decision != nil || historyFull(ctx, maxHistory) }
 	if s.blocked.ErrorClass == ErrClassBroker {
 		wait := InfraRetryInterval - workflow.Now(ctx).Sub(s.blocked.Since)
-		if ok, _ := workflow.AwaitWithTimeout(ctx, max(wait, time.Second), cond); !ok {
+		ok, err := workflow.AwaitWithTimeout(ctx, max(wait, time.Second), cond)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
 			s.decision = &RepairRequest{Action: ActionRetry, EventID: s.blocked.EventID}
 		}
-	} else {
-		_ = workflow.Await(ctx, cond)
+	} else if err := workflow.Await(ctx, cond); err != nil {
+		return false, err
 	}
 	if s.decision == nil {
-		return false
+		return false, nil
 	}
 	d := s.decision
 	s.decision = nil
@@ -303,7 +315,7 @@ func (s *aggregateState) waitForDecision(ctx workflow.Context, maxHistory int) b
 	}
 	s.blocked = nil
 	_ = s.upsertBlocked(ctx)
-	return true
+	return true, nil
 }
 
 func (s *aggregateState) upsertBlocked(ctx workflow.Context) error {
@@ -508,5 +520,6 @@ func (s *aggregateState) snapshot() State {
 		Publishing: s.publishing,
 		Blocked:    s.blocked,
 		Rejected:   slices.Clone(s.rejected),
+		Effects:    s.effects,
 	}
 }

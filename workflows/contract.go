@@ -84,6 +84,9 @@ type PublishResult struct {
 	// AlreadyPublished: the row was marked published by an earlier attempt,
 	// so nothing was sent this time.
 	AlreadyPublished bool `json:"already_published,omitempty"`
+	// Effects to start for the event, resolved by the worker's routes
+	// (also when AlreadyPublished: starting them again is a no-op).
+	Effects []EffectStart `json:"effects,omitempty"`
 }
 
 // CursorInput is LoadCursorActivity's input.
@@ -114,6 +117,9 @@ type State struct {
 	// Rejected lists repair signals that failed validation (newest last,
 	// at most 20), with the reason.
 	Rejected []string `json:"rejected,omitempty"`
+	// Effects counts the effect workflows this run started for published
+	// events.
+	Effects EffectCounts `json:"effects"`
 }
 
 // Names of the repair and replay contract. Wire contract: never rename.
