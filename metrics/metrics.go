@@ -20,6 +20,12 @@ import (
 type Metrics struct {
 	quarantined *prometheus.CounterVec
 	repairs     *prometheus.CounterVec
+
+	effectOutcomes *prometheus.CounterVec
+	paymentLookups *prometheus.CounterVec
+	emailAmbiguous prometheus.Counter
+	emailResent    prometheus.Counter
+	emailNotResent prometheus.Counter
 }
 
 // New creates Ferry's counters and registers them on reg.
@@ -33,8 +39,28 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ferry_repairs_total",
 			Help: "Repairs and replays applied (audited), by action.",
 		}, []string{"action"}),
+		effectOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_effect_outcomes_total",
+			Help: "Answers to effect requests (payments, e-mails), by effect kind and outcome (succeeded, declined, invalid, unknown, not_sent, sent, rejected…).",
+		}, []string{"kind", "outcome"}),
+		paymentLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_effect_payment_lookups_total",
+			Help: "Lookups of payment idempotency keys to reconcile unknown outcomes, by result (found, not_found, in_progress, error).",
+		}, []string{"result"}),
+		emailAmbiguous: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_effect_email_ambiguous_total",
+			Help: "SMTP transactions whose outcome was unknown (connection lost after the final '.', or a worker died mid-send): each a possible duplicate.",
+		}),
+		emailResent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_effect_email_resent_total",
+			Help: "E-mails sent again, with the same Message-ID, after an ambiguous transaction.",
+		}),
+		emailNotResent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_effect_email_not_resent_total",
+			Help: "Send attempts that found the e-mail already sent in the ledger and sent nothing.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.quarantined, m.repairs} {
+	for _, c := range []prometheus.Collector{m.quarantined, m.repairs, m.effectOutcomes, m.paymentLookups, m.emailAmbiguous, m.emailResent, m.emailNotResent} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metric: %w", err)
 		}
@@ -53,6 +79,41 @@ func (m *Metrics) Quarantined(eventType, errorClass string) {
 func (m *Metrics) Repaired(action string) {
 	if m != nil {
 		m.repairs.WithLabelValues(action).Inc()
+	}
+}
+
+// EffectOutcome counts one answer to an effect request.
+func (m *Metrics) EffectOutcome(kind, outcome string) {
+	if m != nil {
+		m.effectOutcomes.WithLabelValues(kind, outcome).Inc()
+	}
+}
+
+// PaymentLookup counts one reconciliation lookup.
+func (m *Metrics) PaymentLookup(result string) {
+	if m != nil {
+		m.paymentLookups.WithLabelValues(result).Inc()
+	}
+}
+
+// EmailAmbiguous counts one SMTP transaction with an unknown outcome.
+func (m *Metrics) EmailAmbiguous() {
+	if m != nil {
+		m.emailAmbiguous.Inc()
+	}
+}
+
+// EmailResent counts one e-mail sent again after an ambiguous transaction.
+func (m *Metrics) EmailResent() {
+	if m != nil {
+		m.emailResent.Inc()
+	}
+}
+
+// EmailNotResent counts one attempt that the sent-ledger stopped.
+func (m *Metrics) EmailNotResent() {
+	if m != nil {
+		m.emailNotResent.Inc()
 	}
 }
 
