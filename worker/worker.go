@@ -32,6 +32,16 @@ type Config struct {
 	SkipSearchAttributeCheck bool
 	// MaxConcurrentActivities bounds publishes in flight. Default 64.
 	MaxConcurrentActivities int
+	// Effects register effect workflows and their activities on the
+	// worker: effects.Workflows{} for the built-in Payment and Email
+	// workflows, the payment and email Activities, and users' own.
+	// Default: none.
+	Effects []Registrar
+}
+
+// Registrar registers workflows and activities of its own on a worker.
+type Registrar interface {
+	Register(r sdkworker.Registry)
 }
 
 // Worker is a started-on-demand Temporal worker.
@@ -68,6 +78,7 @@ func New(cfg Config) (*Worker, error) {
 		WorkflowPanicPolicy: sdkworker.BlockWorkflow,
 	})
 	Register(w, cfg.Activities)
+	RegisterEffects(w, cfg.Effects...)
 	return &Worker{cfg: cfg, w: w}, nil
 }
 
@@ -77,6 +88,14 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.Replay, workflow.RegisterOptions{Name: workflows.ReplayWorkflowName})
 	acts.Register(r)
+}
+
+// RegisterEffects registers effect workflows and activities on r, for a
+// worker of your own that hosts Ferry's effects.
+func RegisterEffects(r sdkworker.Registry, effects ...Registrar) {
+	for _, e := range effects {
+		e.Register(r)
+	}
 }
 
 // TaskQueue is the queue the worker polls.
