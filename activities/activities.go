@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -149,6 +150,7 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 		a.noteError(ctx, in.EventID, err)
 		return workflows.PublishResult{}, err
 	}
+	failpoint.Inject("worker.after-confirm")
 	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
 		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}

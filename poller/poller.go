@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -65,6 +66,14 @@ type Config struct {
 	MaxHistoryEvents int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+
+	// UnsafeAllowShortLease is for tests only: it lifts the rule that Lease
+	// exceed SignalTimeout + MarkTimeout, and stops bounding a batch's
+	// signals by the lease. Another poller may then claim and signal rows
+	// this one is still signalling. The fault suite's negative control
+	// (e2e) sets it to prove that its checker sees the duplicate signals.
+	// Never set it in a deployment; Ferry's commands cannot.
+	UnsafeAllowShortLease bool
 }
 
 // Poller relays pending outbox rows to aggregate workflows.
@@ -118,7 +127,9 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
 	case cfg.Concurrency < 1:
 		return fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
-	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout:
+	case cfg.Lease <= 0:
+		return fmt.Errorf("poller: Config.Lease %s: must be positive", cfg.Lease)
+	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout && !cfg.UnsafeAllowShortLease:
 		// dispatch ends every signal of a batch by Lease - MarkTimeout after
 		// the claim, so the mark lands inside the lease; this leaves room
 		// for at least one full signal.
@@ -260,12 +271,17 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
+	failpoint.Inject("poller.after-claim")
 	groups := group(batch)
 	// Every signal must be done before the lease can run out, or another
 	// poller could claim the same rows while this one still signals.
 	dctx, dcancel := context.WithTimeout(ctx, p.cfg.Lease-p.cfg.MarkTimeout)
+	if p.cfg.UnsafeAllowShortLease {
+		dctx, dcancel = context.WithCancel(ctx)
+	}
 	ok, failed := p.dispatch(dctx, groups)
 	dcancel()
+	failpoint.Inject("poller.after-signal")
 
 	// Detached: marking must happen even when Stop cancelled ctx while the
 	// signals were in flight, or every signalled row waits out its lease.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -207,6 +208,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 			Config{Lease: 3 * time.Second, SignalTimeout: 2 * time.Second, MarkTimeout: time.Second + time.Millisecond},
 			[]string{"Config.Lease", "3s", "SignalTimeout 2s", "MarkTimeout 1.001s"},
 		},
+		{"negative lease, even when unsafe", Config{Lease: -time.Second, UnsafeAllowShortLease: true}, []string{"Config.Lease", "-1s", "positive"}},
 		{"poll interval too small", Config{PollInterval: 9 * time.Millisecond}, []string{"Config.PollInterval", "9ms"}},
 		{"negative poll interval", Config{PollInterval: -time.Second}, []string{"Config.PollInterval"}},
 	}
@@ -235,6 +237,52 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	p, err := New(Config{Pool: pool, Temporal: temporal, BatchSize: 0, Lease: 0})
 	require.NoError(t, err)
 	require.Equal(t, 200, p.cfg.BatchSize)
+}
+
+// UnsafeAllowShortLease (the fault suite's negative control) accepts a lease
+// shorter than SignalTimeout + MarkTimeout and lets a signal outlast it: the
+// signal runs its full SignalTimeout although the lease ran out long before.
+// Without it, such a lease is refused, and signals end by Lease - MarkTimeout.
+func TestUnsafeAllowShortLease(t *testing.T) {
+	t.Parallel()
+	short := Config{Lease: 50 * time.Millisecond, SignalTimeout: testSignalTimeout, MarkTimeout: time.Second}
+	require.ErrorContains(t, short.Validate(), "Config.Lease 50ms must exceed")
+	short.UnsafeAllowShortLease = true
+	require.NoError(t, short.Validate())
+
+	// A Temporal that accepts connections and never answers: a signal
+	// lasts until its deadline.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var held sync.WaitGroup
+	held.Add(1)
+	go func() {
+		defer held.Done()
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); held.Wait() })
+	short.Temporal = testenv.LazyTemporal(t, ln.Addr().String())
+
+	db := testenv.Postgres(t)
+	p := newPoller(t, db.Pool, short)
+	insertEvent(t, db.Pool, "order", "o-1", nil)
+	start := time.Now()
+	n, err := p.RunOnce(context.Background())
+	require.Equal(t, 1, n)
+	require.ErrorContains(t, err, "signal 1 of 1 aggregates")
+	require.GreaterOrEqual(t, time.Since(start), testSignalTimeout, "the signal was not cut at the lease")
 }
 
 // With Temporal unreachable, every claimed row stays pending: counted at
