@@ -124,6 +124,10 @@ type PaymentParams struct {
 	// (provider down, 409, 429); after it the outcome is unknown and
 	// reconciliation decides. Default 10m.
 	SendWindow time.Duration `json:"send_window,omitempty"`
+	// AttemptTimeout bounds one send attempt (keep it above the payment
+	// client's timeout); it is also how long an attempt whose worker died
+	// waits before the next attempt looks the key up. Default 1m.
+	AttemptTimeout time.Duration `json:"attempt_timeout,omitempty"`
 }
 
 // Defaults of PaymentParams.
@@ -133,6 +137,7 @@ const (
 	DefaultEscalateAfter    = time.Hour
 	DefaultKeyRetention     = 24 * time.Hour
 	DefaultSendWindow       = 10 * time.Minute
+	DefaultAttemptTimeout   = time.Minute
 )
 
 // WithDefaults fills zero fields and validates.
@@ -152,13 +157,16 @@ func (p PaymentParams) WithDefaults() (PaymentParams, error) {
 	if p.SendWindow == 0 {
 		p.SendWindow = DefaultSendWindow
 	}
+	if p.AttemptTimeout == 0 {
+		p.AttemptTimeout = DefaultAttemptTimeout
+	}
 	switch {
 	case p.ReconcileInitial < 0 || p.ReconcileMax < p.ReconcileInitial:
 		return p, fmt.Errorf("PaymentParams.ReconcileMax %s must be at least ReconcileInitial %s (both positive)", p.ReconcileMax, p.ReconcileInitial)
 	case p.EscalateAfter >= p.KeyRetention/2:
 		return p, fmt.Errorf("PaymentParams.EscalateAfter %s must be well inside the key retention %s (less than half)", p.EscalateAfter, p.KeyRetention)
-	case p.SendWindow < 0:
-		return p, fmt.Errorf("PaymentParams.SendWindow %s must be positive", p.SendWindow)
+	case p.SendWindow < 0 || p.AttemptTimeout < 0:
+		return p, fmt.Errorf("PaymentParams.SendWindow %s and AttemptTimeout %s must be positive", p.SendWindow, p.AttemptTimeout)
 	}
 	return p, nil
 }

@@ -31,7 +31,7 @@ var prepareOptions = workflow.ActivityOptions{
 // over.
 func sendOptions(p PaymentParams) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
-		StartToCloseTimeout:    time.Minute,
+		StartToCloseTimeout:    p.AttemptTimeout,
 		ScheduleToCloseTimeout: p.SendWindow,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,

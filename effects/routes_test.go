@@ -31,6 +31,7 @@ func TestRouter(t *testing.T) {
 	require.Equal(t, effects.PaymentParams{
 		ReconcileInitial: effects.DefaultReconcileInitial, ReconcileMax: effects.DefaultReconcileMax,
 		EscalateAfter: 30 * 60e9, KeyRetention: effects.DefaultKeyRetention, SendWindow: effects.DefaultSendWindow,
+		AttemptTimeout: effects.DefaultAttemptTimeout,
 	}, p)
 	require.Equal(t, "email:confirmation", got[1].Effect)
 	require.Equal(t, effects.EmailWorkflowName, got[1].WorkflowType)
