@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/broker"
@@ -39,6 +40,12 @@ type Config struct {
 	Publisher *broker.Publisher
 	// Metrics counts quarantines and repairs; nil counts nothing.
 	Metrics *metrics.Metrics
+	// MaintenanceMetrics counts retention and reconciler work; nil counts
+	// nothing.
+	MaintenanceMetrics *metrics.Maintenance
+	// Temporal lets the reconciler ask whether an aggregate's workflow
+	// runs. Without it the reconcile activity fails (non-retryable).
+	Temporal client.Client
 	// RoutingKey builds a message's routing key. Default
 	// "<aggregate_type>.<event_type>".
 	RoutingKey func(aggregateType, eventType string) string
@@ -54,6 +61,9 @@ type Activities struct {
 	routingKey func(aggregateType, eventType string) string
 	metrics    *metrics.Metrics
 	effects    func(aggregateType, eventType string) []workflows.EffectStart
+
+	maintenance *metrics.Maintenance
+	temporal    client.Client
 }
 
 // New validates cfg.
@@ -70,7 +80,8 @@ func New(cfg Config) (*Activities, error) {
 	if cfg.Effects == nil {
 		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
 	}
-	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey, metrics: cfg.Metrics, effects: cfg.Effects}, nil
+	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey, metrics: cfg.Metrics, effects: cfg.Effects,
+		maintenance: cfg.MaintenanceMetrics, temporal: cfg.Temporal}, nil
 }
 
 // DefaultRoutingKey is "<aggregate_type>.<event_type>".
@@ -90,6 +101,8 @@ func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.QuarantineEvent, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	r.RegisterActivityWithOptions(a.ApplyRepair, activity.RegisterOptions{Name: workflows.RepairActivity})
 	r.RegisterActivityWithOptions(a.ReplayEvent, activity.RegisterOptions{Name: workflows.ReplayActivity})
+	r.RegisterActivityWithOptions(a.PurgeOutbox, activity.RegisterOptions{Name: workflows.PurgeActivity})
+	r.RegisterActivityWithOptions(a.ReconcileDispatches, activity.RegisterOptions{Name: workflows.ReconcileActivity})
 }
 
 // Error types of non-retryable or classified application errors.

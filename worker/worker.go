@@ -27,6 +27,9 @@ type Config struct {
 	// Namespace the client is connected to, where Start checks that Ferry's
 	// search attributes are registered. Default "default".
 	Namespace string
+	// Schedules, when set, are created or updated by Start: retention and
+	// the reconciler. Default nil: this worker leaves schedules alone.
+	Schedules *Schedules
 	// SkipSearchAttributeCheck skips that check (for a worker whose
 	// namespace is known to have them). Default false.
 	SkipSearchAttributeCheck bool
@@ -87,6 +90,8 @@ func New(cfg Config) (*Worker, error) {
 func Register(r sdkworker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.Replay, workflow.RegisterOptions{Name: workflows.ReplayWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.Retention, workflow.RegisterOptions{Name: workflows.RetentionWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.Reconcile, workflow.RegisterOptions{Name: workflows.ReconcileWorkflowName})
 	acts.Register(r)
 }
 
@@ -114,6 +119,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	if !w.cfg.SkipSearchAttributeCheck {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_, err := EnsureSearchAttributes(cctx, w.cfg.Temporal, w.cfg.Namespace, false)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("start worker on task queue %q: %w", w.cfg.TaskQueue, err)
+		}
+	}
+	if w.cfg.Schedules != nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := EnsureSchedules(cctx, w.cfg.Temporal, w.cfg.TaskQueue, *w.cfg.Schedules)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("start worker on task queue %q: %w", w.cfg.TaskQueue, err)

@@ -139,6 +139,6 @@ func TestRegisterUsesWireNames(t *testing.T) {
 
 	worker.Register(&r, testActivities(t))
 
-	require.Equal(t, []string{workflows.AggregateWorkflowName, workflows.ReplayWorkflowName}, r.workflows)
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity}, r.activities)
+	require.Equal(t, []string{workflows.AggregateWorkflowName, workflows.ReplayWorkflowName, workflows.RetentionWorkflowName, workflows.ReconcileWorkflowName}, r.workflows)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity}, r.activities)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // Roles says which components a process runs.
@@ -154,15 +155,26 @@ func WorkerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.P
 
 // WorkerConfigWithMetrics is WorkerConfig whose activities count into m.
 func WorkerConfigWithMetrics(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics) (worker.Config, error) {
+	return workerConfigFull(cfg, pool, c, pub, m, nil)
+}
+
+func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics, mm *metrics.Maintenance) (worker.Config, error) {
 	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
 	if err != nil {
 		return worker.Config{}, err
 	}
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Metrics: m})
+	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Metrics: m,
+		MaintenanceMetrics: mm, Temporal: c})
 	if err != nil {
 		return worker.Config{}, err
 	}
-	return worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace}, nil
+	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace}
+	if !cfg.NoSchedules {
+		wc.Schedules = &worker.Schedules{
+			Retention: workflows.RetentionInput{RowAge: cfg.RowRetention, PayloadAge: cfg.PayloadRetention},
+		}
+	}
+	return wc, nil
 }
 
 // PollerConfig is the poller's configuration over pool and Temporal.

@@ -87,6 +87,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		Lease:           30 * time.Second,
 		PollInterval:    time.Second,
 		ConnectTimeout:  10 * time.Second,
+		RowRetention:    30 * 24 * time.Hour,
 	}, cfg)
 	require.Equal(t, app.DefaultPostgresURL, cfg.PostgresURL)
 	require.Equal(t, app.DefaultAMQPURL, cfg.AMQPURL)
@@ -97,7 +98,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	set := app.Config{
 		PostgresURL: "postgres://a@b/c", AMQPURL: "amqp://d/", TemporalAddress: "e:1", Namespace: "ns",
 		TaskQueue: "q.1:x-y_z", Exchange: "ex", RoutingKey: "all.{event_type}", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
-		IdleTimeout: 2 * time.Minute, ConnectTimeout: time.Second,
+		IdleTimeout: 2 * time.Minute, ConnectTimeout: time.Second, RowRetention: 48 * time.Hour,
 	}
 	got, err := set.WithDefaults()
 	require.NoError(t, err)

@@ -48,6 +48,16 @@ type Config struct {
 	// MetricsAddress serves Prometheus /metrics when set (host:port).
 	// Default: off.
 	MetricsAddress string
+	// RowRetention: delivered rows older than this are deleted by the
+	// retention schedule. Default 720h (30 days).
+	RowRetention time.Duration
+	// PayloadRetention, when set and shorter than RowRetention, blanks the
+	// payloads of older delivered rows (identity and timestamps stay).
+	// Default 0: payloads live as long as rows.
+	PayloadRetention time.Duration
+	// NoSchedules: workers leave the retention and reconcile schedules
+	// alone. Default false: every worker keeps them in place (idempotent).
+	NoSchedules bool
 
 	// TemporalTLS dials Temporal over TLS, verifying the server against the
 	// system's roots. Implied by every TemporalTLS* setting below and by
@@ -93,6 +103,10 @@ func (c Config) WithDefaults() (Config, error) {
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, 10*time.Second)
+	c.RowRetention = cmp.Or(c.RowRetention, workflows.DefaultRowRetention)
+	if c.RowRetention < time.Hour {
+		return c, fmt.Errorf("retention %s: must be at least 1h (delivered rows are kept that long)", c.RowRetention)
+	}
 	if !taskQueueName.MatchString(c.TaskQueue) {
 		return c, fmt.Errorf("task queue %q: use 1-200 letters, digits, '_', '.', ':' or '-'", c.TaskQueue)
 	}

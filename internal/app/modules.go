@@ -73,11 +73,12 @@ type workerDeps struct {
 	Pool      *pgxpool.Pool
 	Temporal  client.Client
 	Publisher *broker.Publisher
-	Metrics   *metrics.Metrics `optional:"true"`
+	Metrics   *metrics.Metrics     `optional:"true"`
+	Maint     *metrics.Maintenance `optional:"true"`
 }
 
 func workerConfig(d workerDeps) (worker.Config, error) {
-	return WorkerConfigWithMetrics(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics)
+	return workerConfigFull(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics, d.Maint)
 }
 
 // MetricsModule provides Ferry's counters (*metrics.Metrics) on a registry
@@ -88,20 +89,24 @@ var MetricsModule = fx.Module("ferry.metrics",
 	fx.Provide(newMetrics),
 )
 
-func newMetrics(p Params, pool *pgxpool.Pool) (*metrics.Metrics, error) {
+func newMetrics(p Params, pool *pgxpool.Pool) (*metrics.Metrics, *metrics.Maintenance, error) {
 	reg := metrics.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	mm, err := metrics.NewMaintenance(reg)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := reg.Register(metrics.NewOutboxCollector(pool)); err != nil {
-		return nil, fmt.Errorf("register outbox collector: %w", err)
+		return nil, nil, fmt.Errorf("register outbox collector: %w", err)
 	}
 	if p.Config.MetricsAddress != "" {
 		srv := metrics.NewServer(p.Config.MetricsAddress, reg)
 		p.Lifecycle.Append(fx.StartStopHook(srv.Start, srv.Stop))
 	}
-	return m, nil
+	return m, mm, nil
 }
 
 func pollerConfig(p Params, pool *pgxpool.Pool, c client.Client) poller.Config {

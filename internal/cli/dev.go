@@ -14,6 +14,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/demo"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 func devCmd(g *globals) *cobra.Command {
@@ -48,6 +49,8 @@ which prints what it applies and what it deduplicates.`,
 				UIAddress:    uiAddress,
 				Namespace:    cfg.Namespace,
 				LogFile:      filepath.Join(dataDir, "temporal-server.log"),
+				// The dead-letter view: Ferry's search attributes.
+				SearchAttributes: workflows.SearchAttributeTypes,
 			})
 			if err != nil {
 				return err

@@ -1,0 +1,145 @@
+package activities
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// Delivered rows only: pending, dispatched and quarantined rows are never
+// touched, whatever their age. Each statement handles at most one batch and
+// commits on its own, so no long transaction holds back vacuum.
+const (
+	sqlPurgePayloads = `
+UPDATE outbox_events SET payload = 'null'::jsonb
+WHERE id IN (
+    SELECT id FROM outbox_events
+    WHERE status IN ('published', 'skipped')
+      AND coalesce(published_at, created_at) < now() - $1::interval
+      AND payload <> 'null'::jsonb
+    LIMIT $2)`
+
+	sqlDeleteDelivered = `
+DELETE FROM outbox_events
+WHERE id IN (
+    SELECT id FROM outbox_events
+    WHERE status IN ('published', 'skipped')
+      AND coalesce(published_at, created_at) < now() - $1::interval
+    LIMIT $2)`
+)
+
+// PurgeOutbox deletes delivered rows older than RowAge (and first blanks
+// payloads older than PayloadAge), in batches of at most 1000 rows,
+// heartbeating its progress.
+func (a *Activities) PurgeOutbox(ctx context.Context, in workflows.RetentionInput) (workflows.RetentionResult, error) {
+	var res workflows.RetentionResult
+	rowAge := cmp.Or(in.RowAge, workflows.DefaultRowRetention)
+	batch := cmp.Or(in.BatchSize, workflows.DefaultPurgeBatch)
+	if batch < 1 || batch > workflows.DefaultPurgeBatch {
+		batch = workflows.DefaultPurgeBatch
+	}
+	run := func(sql string, age interface{}, count *int64, what string) error {
+		for {
+			tag, err := a.pool.Exec(ctx, sql, age, batch)
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			n := tag.RowsAffected()
+			*count += n
+			res.Batches++
+			activity.RecordHeartbeat(ctx, res)
+			a.maintenance.Retained(what, n)
+			if n < int64(batch) {
+				return nil
+			}
+		}
+	}
+	// Delete first: blanking payloads of rows about to go is wasted work.
+	if err := run(sqlDeleteDelivered, rowAge, &res.Deleted, "delete delivered rows"); err != nil {
+		return res, err
+	}
+	if in.PayloadAge > 0 && in.PayloadAge < rowAge {
+		if err := run(sqlPurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads"); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+const sqlStuckAggregates = `
+SELECT aggregate_type, aggregate_id
+FROM outbox_events
+WHERE status = 'dispatched' AND dispatched_at < now() - $1::interval
+GROUP BY aggregate_type, aggregate_id
+ORDER BY min(dispatched_at)
+LIMIT 1000`
+
+const sqlRedispatch = `
+UPDATE outbox_events
+SET status = 'pending', next_attempt_at = now(), last_error = $4
+WHERE aggregate_type = $1 AND aggregate_id = $2
+  AND status = 'dispatched' AND dispatched_at < now() - $3::interval`
+
+// ReconcileDispatches finds aggregates with rows dispatched long ago but not
+// delivered, and sets those rows back to pending when the aggregate's
+// workflow is not running (terminated, reset away, lost with a namespace):
+// the poller then signals a new run, which resumes from the delivered
+// version. A running workflow is left alone (it may wait for a gap or hold
+// a quarantined event).
+func (a *Activities) ReconcileDispatches(ctx context.Context, in workflows.ReconcileInput) (workflows.ReconcileResult, error) {
+	var res workflows.ReconcileResult
+	age := cmp.Or(in.OlderThan, workflows.DefaultReconcileAfter)
+	rows, err := a.pool.Query(ctx, sqlStuckAggregates, age)
+	if err != nil {
+		return res, fmt.Errorf("find stuck dispatches: %w", err)
+	}
+	type agg struct{ typ, id string }
+	stuck, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (agg, error) {
+		var a agg
+		return a, r.Scan(&a.typ, &a.id)
+	})
+	if err != nil {
+		return res, fmt.Errorf("find stuck dispatches: %w", err)
+	}
+	if a.temporal == nil {
+		return res, temporal.NewNonRetryableApplicationError(
+			"this worker's activities have no Temporal client (activities.Config.Temporal)", "Misconfigured", nil)
+	}
+	for _, ag := range stuck {
+		res.Checked++
+		wfID := workflows.WorkflowID(ag.typ, ag.id)
+		state := "not found"
+		d, err := a.temporal.DescribeWorkflowExecution(ctx, wfID, "")
+		var notFound *serviceerror.NotFound
+		switch {
+		case errors.As(err, &notFound):
+		case err != nil:
+			return res, fmt.Errorf("describe %s: %w", wfID, err)
+		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			continue
+		default:
+			state = d.GetWorkflowExecutionInfo().GetStatus().String()
+		}
+		tag, err := a.pool.Exec(ctx, sqlRedispatch, ag.typ, ag.id, age,
+			fmt.Sprintf("reconciler: workflow %s was %s; re-dispatched", wfID, state))
+		if err != nil {
+			return res, fmt.Errorf("re-dispatch %s: %w", wfID, err)
+		}
+		if n := tag.RowsAffected(); n > 0 {
+			res.Redispatched += n
+			res.Aggregates = append(res.Aggregates, wfID)
+			a.maintenance.Reconciled(n)
+		}
+		activity.RecordHeartbeat(ctx, res.Checked)
+	}
+	return res, nil
+}

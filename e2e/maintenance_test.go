@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/worker"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+func runWorkflow(t *testing.T, e *env, id, name string, arg, result any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := tclient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: e.taskQueue}, name, arg)
+	require.NoError(t, err)
+	require.NoError(t, run.Get(ctx, result))
+}
+
+// Retention deletes exactly the delivered rows past their age, in batches,
+// and leaves pending, dispatched and quarantined rows alone however old.
+func TestRetentionDeletesOnlyEligibleRows(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startFerry(t, ferryOpts{noPoller: true})
+	ctx := context.Background()
+
+	// 5 old published, 1 old skipped, 2 recent published; old pending,
+	// dispatched and quarantined rows that must survive.
+	insert := func(status string, age time.Duration, n int) {
+		for range n {
+			_, err := e.db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, published_at)
+				VALUES ($1, 'r', 'x', '{"a":1}', $2, now() - $3::interval, CASE WHEN $2 = 'published' THEN now() - $3::interval END)`,
+				e.aggType, status, age)
+			require.NoError(t, err)
+		}
+	}
+	old, recent := 40*24*time.Hour, time.Hour
+	insert("published", old, 5)
+	insert("skipped", old, 1)
+	insert("published", recent, 2)
+	insert("pending", old, 1)
+	insert("dispatched", old, 1)
+	insert("quarantined", old, 1)
+
+	var res workflows.RetentionResult
+	runWorkflow(t, e, "retention-"+e.taskQueue, workflows.RetentionWorkflowName,
+		workflows.RetentionInput{RowAge: 30 * 24 * time.Hour, PayloadAge: 2 * 24 * time.Hour, BatchSize: 2}, &res)
+	require.Equal(t, int64(6), res.Deleted)
+	require.Zero(t, res.PayloadsPurged, "the old rows were deleted, the recent ones are younger than PayloadAge")
+	require.Equal(t, 5, res.Batches, "6 rows in batches of 2: 3 full batches and an empty one, then one empty payload batch")
+	require.Equal(t, 5, e.count(t, `SELECT count(*) FROM outbox_events`))
+	require.Equal(t, 2, e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published'`))
+	require.Equal(t, 3, e.count(t, `SELECT count(*) FROM outbox_events WHERE status IN ('pending', 'dispatched', 'quarantined')`))
+	require.Equal(t, 0, e.count(t, `SELECT count(*) FROM outbox_events WHERE payload = 'null'::jsonb`), "recent payloads kept")
+
+	var again workflows.RetentionResult
+	runWorkflow(t, e, "retention2-"+e.taskQueue, workflows.RetentionWorkflowName,
+		workflows.RetentionInput{RowAge: 30 * 24 * time.Hour, PayloadAge: time.Minute, BatchSize: 2}, &again)
+	require.Zero(t, again.Deleted)
+	require.Equal(t, int64(2), again.PayloadsPurged)
+	require.Equal(t, 2, e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published' AND payload = 'null'::jsonb`),
+		"identity and timestamps kept, payload gone")
+}
+
+// Two workers keeping the schedules in place make one schedule per job,
+// not two.
+func TestSchedulesAreOnePerDeployment(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	s := &worker.Schedules{RetentionEvery: time.Hour, ReconcileEvery: time.Hour}
+	e.startFerry(t, ferryOpts{noPoller: true, schedules: s})
+	e.startFerry(t, ferryOpts{noPoller: true, schedules: s})
+	ctx := context.Background()
+	t.Cleanup(func() {
+		for _, id := range []string{workflows.RetentionScheduleID, workflows.ReconcileScheduleID} {
+			_ = tclient.ScheduleClient().GetHandle(ctx, id+"/"+e.taskQueue).Delete(ctx)
+		}
+	})
+	for _, id := range []string{workflows.RetentionScheduleID, workflows.ReconcileScheduleID} {
+		d, err := tclient.ScheduleClient().GetHandle(ctx, id+"/"+e.taskQueue).Describe(ctx)
+		require.NoError(t, err, id)
+		require.Len(t, d.Schedule.Spec.Intervals, 1)
+		require.Equal(t, time.Hour, d.Schedule.Spec.Intervals[0].Every)
+	}
+	it, err := tclient.ScheduleClient().List(ctx, client.ScheduleListOptions{})
+	require.NoError(t, err)
+	n := 0
+	for it.HasNext() {
+		entry, err := it.Next()
+		require.NoError(t, err)
+		if entry.ID == workflows.RetentionScheduleID+"/"+e.taskQueue {
+			n++
+		}
+	}
+	require.Equal(t, 1, n)
+}
+
+// An aggregate workflow terminated with rows still dispatched: the
+// reconciler sets them back to pending, the poller starts a new run, and
+// everything is delivered in order.
+func TestReconcilerRedispatchesRowsOfALostWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startFerry(t, ferryOpts{noWorker: true})
+	ctx := context.Background()
+	ids := e.commitN(t, 3, 1)
+	waitFor(t, 30*time.Second, "rows dispatched", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'dispatched'`) == 3
+	})
+	wf := workflows.WorkflowID(e.aggType, aggID(0))
+	require.NoError(t, tclient.TerminateWorkflow(ctx, wf, "", "operator mistake, in a test"))
+
+	e.startFerry(t, ferryOpts{noPoller: true})
+	var res workflows.ReconcileResult
+	runWorkflow(t, e, "reconcile-"+e.taskQueue, workflows.ReconcileWorkflowName,
+		workflows.ReconcileInput{OlderThan: time.Millisecond}, &res)
+	require.Equal(t, int64(3), res.Redispatched)
+	require.Equal(t, []string{wf}, res.Aggregates)
+
+	msgs := e.br.Collect(t, 3, time.Minute)
+	require.Len(t, msgs, 3)
+	for i, m := range msgs {
+		require.True(t, ids[m.MessageId])
+		require.Equal(t, int64(i+1), m.Headers["ferry-aggregate-version"])
+	}
+
+	// A running workflow is left alone.
+	var none workflows.ReconcileResult
+	runWorkflow(t, e, "reconcile2-"+e.taskQueue, workflows.ReconcileWorkflowName,
+		workflows.ReconcileInput{OlderThan: time.Millisecond}, &none)
+	require.Zero(t, none.Redispatched)
+}
