@@ -24,8 +24,8 @@ type Snapshot struct {
 	// Backlog: rows not yet published, by status.
 	Backlog []StatusCount `json:"backlog"`
 	// Published in the last minute and the last hour.
-	PublishedLastMinute int64 `json:"published_last_minute"`
-	PublishedLastHour   int64 `json:"published_last_hour"`
+	PublishedLastMinute int64     `json:"published_last_minute"`
+	PublishedLastHour   int64     `json:"published_last_hour"`
 	Blocked             []Blocked `json:"blocked"`
 	Retention           *Run      `json:"retention,omitempty"`
 	Reconcile           *Run      `json:"reconcile,omitempty"`
