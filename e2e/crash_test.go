@@ -108,14 +108,8 @@ func TestGracefulStopMidStream(t *testing.T) {
 
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM))
 	start := time.Now()
-	exited := make(chan error, 1)
-	go func() { exited <- first.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "exit status after SIGTERM; output:\n%s", first.out.String())
-	case <-time.After(45 * time.Second):
-		t.Fatalf("ferry did not stop within 45s of SIGTERM; output:\n%s", first.out.String())
-	}
+	first.waitExit(t, 45*time.Second)
+	require.NoError(t, first.err, "exit status after SIGTERM; output:\n%s", first.out.String())
 	require.Contains(t, first.out.String(), "ferry: stopped")
 	t.Logf("stopped %s after SIGTERM with %d of %d delivered", time.Since(start).Round(time.Millisecond), l.unique(), len(committed))
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -67,9 +68,6 @@ type ferryOpts struct {
 	idleTimeout time.Duration
 	maxHistory  int
 	policies    map[string]workflows.EventPolicy
-	noWorker    bool              // pollers only
-	noPoller    bool              // a worker only
-	schedules   *worker.Schedules // the worker keeps these in place
 	metrics     *metrics.Metrics
 }
 
@@ -89,18 +87,13 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics, Temporal: tclient})
+	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics})
 	require.NoError(t, err)
-	if !o.noWorker {
-		w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules})
-		require.NoError(t, err)
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(w.Stop)
-	}
+	w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
 	for i := range max(o.pollers, 1) {
-		if o.noPoller {
-			break
-		}
 		p, err := poller.New(poller.Config{
 			Pool:             o.pool,
 			Temporal:         o.temporal,
@@ -168,6 +161,7 @@ type ledger struct {
 	seen       map[string]bool
 	order      map[string][]int64 // per aggregate, versions in first-delivery order
 	duplicates int
+	all        []delivery // every copy, in arrival order (the checker's view)
 }
 
 func newLedger() *ledger { return &ledger{seen: map[string]bool{}, order: map[string][]int64{}} }
@@ -175,6 +169,7 @@ func newLedger() *ledger { return &ledger{seen: map[string]bool{}, order: map[st
 func (l *ledger) add(d delivery) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.all = append(l.all, d)
 	if l.seen[d.id] {
 		l.duplicates++
 		return
@@ -280,10 +275,12 @@ func (e *env) count(t *testing.T, query string, args ...any) int {
 	return n
 }
 
-// child is `ferry run` in a process of its own.
+// child is a process of its own: `ferry <sub>`, or the checker's consumer.
 type child struct {
-	cmd *exec.Cmd
-	out *syncBuffer
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{} // closed once the process has exited
+	err  error         // Wait's result; read it after done
 }
 
 func (e *env) startChild(t *testing.T) *child {
@@ -292,15 +289,23 @@ func (e *env) startChild(t *testing.T) *child {
 }
 
 // startProcess runs `ferry <sub>` in a process of its own against the test's
-// schema, broker and task queue until the test ends. extraEnv overrides.
+// schema, broker and task queue until the test ends. extraEnv overrides. Its
+// PostgreSQL sessions carry application_name "<schema>/<sub>", so a test
+// can find (and terminate) them.
 func (e *env) startProcess(t *testing.T, sub string, extraEnv ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], sub)
+	return e.spawn(t, []string{sub}, append([]string{childEnv + "=1"}, extraEnv...)...)
+}
+
+// spawn re-executes the test binary with args and the test's Ferry
+// settings; env (childEnv decides what the child runs) overrides them.
+func (e *env) spawn(t *testing.T, args []string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(),
-		childEnv+"=1",
-		"FERRY_POSTGRES_URL="+e.db.URL,
+		"FERRY_POSTGRES_URL="+withParam(e.db.URL, "application_name", e.db.Schema+"/"+args[0]),
 		"FERRY_AMQP_URL="+e.br.URL,
 		"FERRY_TEMPORAL_ADDRESS="+temporalAddr,
 		"FERRY_TEMPORAL_NAMESPACE="+namespace,
@@ -309,24 +314,56 @@ func (e *env) startProcess(t *testing.T, sub string, extraEnv ...string) *child 
 		"FERRY_POLL_INTERVAL=200ms",
 		"FERRY_LEASE=12s",
 		"FERRY_LOG_LEVEL=warn",
-	), extraEnv...)
+	), env...)
 	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, out: out}
+	c := &child{cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { c.err = cmd.Wait(); close(c.done) }()
 	t.Cleanup(func() {
 		c.kill()
 		if t.Failed() {
-			t.Logf("output of ferry %s (pid %d):\n%s", sub, cmd.Process.Pid, out.String())
+			t.Logf("output of %v (pid %d):\n%s", args, cmd.Process.Pid, out.String())
 		}
 	})
 	return c
 }
 
+// kill SIGKILLs the process (if it still runs) and waits until it is gone.
 func (c *child) kill() {
-	if c.cmd.ProcessState != nil {
-		return
+	if !c.exited() {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	_ = c.cmd.Wait()
+	<-c.done
+}
+
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitExit waits up to timeout for the process to end on its own.
+func (c *child) waitExit(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		t.Fatalf("process %d still runs after %s; output:\n%s", c.cmd.Process.Pid, timeout, c.out.String())
+	}
+}
+
+// withParam returns rawURL with the query parameter key set to value.
+func withParam(rawURL, key, value string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(fmt.Sprintf("e2e: bad URL: %v", err))
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 type syncBuffer struct {

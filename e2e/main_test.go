@@ -15,9 +15,10 @@ import (
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// childEnv marks a re-executed test binary that runs the ferry command
-// instead of tests: the kill test needs Ferry in a process of its own, and
-// this binary already contains it.
+// childEnv marks a re-executed test binary that runs the ferry command ("1")
+// or the fault suite's checker consumer ("consumer") instead of tests: the
+// kill tests need Ferry and consumers in processes of their own, and this
+// binary already contains them.
 const childEnv = "FERRY_E2E_CHILD"
 
 var (
@@ -30,8 +31,11 @@ var (
 // No goleak here: the embedded Temporal server runs in this process and
 // keeps goroutines of its own until the process exits.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
+	switch os.Getenv(childEnv) {
+	case "1":
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	case "consumer":
+		os.Exit(checkerConsumerMain())
 	}
 	os.Exit(run(m))
 }

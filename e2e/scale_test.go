@@ -85,7 +85,7 @@ func TestScaleOutPollersAndWorkers(t *testing.T) {
 	require.Equal(t, len(ids), l.unique(), "nothing delivered that was not committed")
 	l.requireInOrder(t)
 	for i, c := range append(workers[1:], pollers[1:]...) {
-		require.Nil(t, c.cmd.ProcessState, "survivor %d exited; output:\n%s", i, c.out.String())
+		require.False(t, c.exited(), "survivor %d exited; output:\n%s", i, c.out.String())
 	}
 	t.Logf("%d events delivered in order per aggregate, %d duplicates (allowed after a kill)", len(ids), l.duplicates)
 }
