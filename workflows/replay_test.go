@@ -1,13 +1,17 @@
 package workflows_test
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
@@ -17,19 +21,49 @@ import (
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// historyFile was recorded from a real run by internal/tools/recordhistory:
-// events signalled 2, 1, 1, 3, 5, 4, published in order, then idle
-// completion. The workflow must keep replaying it; a change that does not is
-// a non-deterministic change and needs workflow.GetVersion.
-const historyFile = "testdata/aggregate_history.json"
+// The histories were recorded from real runs by internal/tools/recordhistory
+// (-scenario aggregate and -scenario quarantine). The workflow must keep
+// replaying them; a change that does not is a non-deterministic change and
+// needs workflow.GetVersion.
+const (
+	// historyFile: events signalled 2, 1, 1, 3, 5, 4, published in order,
+	// then idle completion.
+	historyFile = "testdata/aggregate_history.json"
+	// quarantineHistoryFile: events 1 to 3 signalled; evt-2 fails with a
+	// retryable "Unroutable" under a policy of two attempts and is
+	// quarantined (search attributes upserted); event 4 arrives while it is
+	// blocked; a retry repair by update lets it through; 3 and 4 follow;
+	// idle completion.
+	quarantineHistoryFile = "testdata/quarantine_history.json"
+)
+
+var recordedHistories = []string{historyFile, quarantineHistoryFile}
 
 func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
 func TestReplayRecordedHistory(t *testing.T) {
 	t.Parallel()
-	r := worker.NewWorkflowReplayer()
-	r.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
-	require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(quietLogger(), historyFile))
+	for _, file := range recordedHistories {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			t.Parallel()
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
+			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(quietLogger(), file))
+		})
+	}
+}
+
+func loadHistory(t *testing.T, file string) []*historypb.HistoryEvent {
+	t.Helper()
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	h, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+	require.NoError(t, err)
+	events := h.GetEvents()
+	require.NotEmpty(t, events)
+	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, events[len(events)-1].GetEventType())
+	return events
 }
 
 // The recording is worth replaying only if it holds what the recorder meant
@@ -37,15 +71,9 @@ func TestReplayRecordedHistory(t *testing.T) {
 // by a real server, idle completion.
 func TestRecordedHistoryContents(t *testing.T) {
 	t.Parallel()
-	f, err := os.Open(historyFile)
-	require.NoError(t, err)
-	defer f.Close()
-	h, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
-	require.NoError(t, err)
-
 	dc := converter.GetDefaultDataConverter()
 	var signalled, published []int64
-	for _, ev := range h.GetEvents() {
+	for _, ev := range loadHistory(t, historyFile) {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
 			var arg workflows.EventsSignalArg
@@ -63,11 +91,100 @@ func TestRecordedHistoryContents(t *testing.T) {
 	}
 	require.Equal(t, []int64{2, 1, 1, 3, 5, 4}, signalled)
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, published)
-	events := h.GetEvents()
-	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, events[len(events)-1].GetEventType())
 }
 
-// The replay above proves something only if a changed workflow fails it.
+// The quarantine recording holds a quarantine and a repair by a real
+// server: bounded attempts, the quarantine activity, search attributes set
+// and cleared, a signal taken in while blocked, an accepted and completed
+// repair update, then the rest in order.
+func TestQuarantineHistoryContents(t *testing.T) {
+	t.Parallel()
+	dc := converter.GetDefaultDataConverter()
+	var (
+		steps        []string // what happened, in order
+		lastAttempt  int32
+		failedOnce   bool
+		blockedFlags []bool
+	)
+	for _, ev := range loadHistory(t, quarantineHistoryFile) {
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+			attrs := ev.GetWorkflowExecutionSignaledEventAttributes()
+			require.Equal(t, workflows.EventsSignal, attrs.GetSignalName())
+			var arg workflows.EventsSignalArg
+			require.NoError(t, dc.FromPayloads(attrs.GetInput(), &arg))
+			var vs []string
+			for _, e := range arg.Events {
+				vs = append(vs, fmt.Sprint(e.Version))
+			}
+			steps = append(steps, "signal "+strings.Join(vs, ","))
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			attrs := ev.GetActivityTaskScheduledEventAttributes()
+			switch name := attrs.GetActivityType().GetName(); name {
+			case workflows.PublishEventActivity:
+				var in workflows.PublishInput
+				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &in))
+				steps = append(steps, fmt.Sprintf("publish v%d", in.Version))
+			case workflows.QuarantineActivity:
+				var in workflows.QuarantineInput
+				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &in))
+				steps = append(steps, fmt.Sprintf("quarantine %s %s", in.EventID, in.ErrorClass))
+			case workflows.RepairActivity:
+				var in workflows.RepairInput
+				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &in))
+				steps = append(steps, fmt.Sprintf("repair %s %s v%d", in.Request.Action, in.Request.EventID, in.Version))
+			default:
+				require.Failf(t, "unexpected activity", "%s", name)
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			lastAttempt = ev.GetActivityTaskStartedEventAttributes().GetAttempt()
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+			require.False(t, failedOnce, "more than one activity failed")
+			failedOnce = true
+			f := ev.GetActivityTaskFailedEventAttributes().GetFailure()
+			require.Equal(t, "Unroutable", f.GetApplicationFailureInfo().GetType())
+			require.Equal(t, int32(2), lastAttempt, "the policy allows two attempts")
+		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+			fields := ev.GetUpsertWorkflowSearchAttributesEventAttributes().GetSearchAttributes().GetIndexedFields()
+			var blocked bool
+			require.NoError(t, dc.FromPayload(fields[workflows.SABlocked], &blocked))
+			blockedFlags = append(blockedFlags, blocked)
+			steps = append(steps, fmt.Sprintf("%s=%t", workflows.SABlocked, blocked))
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+			req := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
+			require.Equal(t, workflows.RepairUpdate, req.GetName())
+			steps = append(steps, "update accepted")
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+			outcome := ev.GetWorkflowExecutionUpdateCompletedEventAttributes().GetOutcome()
+			require.Nil(t, outcome.GetFailure())
+			var res workflows.RepairResult
+			require.NoError(t, dc.FromPayloads(outcome.GetSuccess(), &res))
+			require.Equal(t, workflows.ActionRetry, res.Action)
+			require.Equal(t, "evt-2", res.EventID)
+			require.NotZero(t, res.AuditID)
+			steps = append(steps, "update completed")
+		}
+	}
+	require.True(t, failedOnce)
+	require.Equal(t, []bool{true, false}, blockedFlags)
+	require.Equal(t, []string{
+		"signal 1,2,3",
+		"publish v1",
+		"publish v2",
+		"quarantine evt-2 Unroutable",
+		"FerryBlocked=true",
+		"signal 4",
+		"update accepted",
+		"repair retry evt-2 v2",
+		"update completed",
+		"FerryBlocked=false",
+		"publish v2",
+		"publish v3",
+		"publish v4",
+	}, steps)
+}
+
+// The replays above prove something only if a changed workflow fails them.
 func TestReplayDetectsChangedWorkflow(t *testing.T) {
 	t.Parallel()
 	// Publishes before loading the cursor: its first command is an activity
@@ -78,10 +195,15 @@ func TestReplayDetectsChangedWorkflow(t *testing.T) {
 			AggregateType: in.AggregateType, AggregateID: in.AggregateID, Version: 1,
 		}).Get(ctx, nil)
 	}
-	r := worker.NewWorkflowReplayer()
-	r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
-	err := r.ReplayWorkflowHistoryFromJSONFile(quietLogger(), historyFile)
-	require.Error(t, err)
-	// TMPRL1100 is the SDK's code for a non-determinism error.
-	require.ErrorContains(t, err, "TMPRL1100")
+	for _, file := range recordedHistories {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			t.Parallel()
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflowWithOptions(changed, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
+			err := r.ReplayWorkflowHistoryFromJSONFile(quietLogger(), file)
+			require.Error(t, err)
+			// TMPRL1100 is the SDK's code for a non-determinism error.
+			require.ErrorContains(t, err, "TMPRL1100")
+		})
+	}
 }

@@ -1,25 +1,38 @@
 // Command recordhistory records the history of one aggregate workflow run
-// for the replay test in package workflows.
+// for the replay tests in package workflows.
 //
-// It starts an in-memory embedded Temporal server on a free port, runs a
-// worker with workflows.Aggregate and stand-in activities (the recording is
-// about the workflow's own commands, not about PostgreSQL or RabbitMQ),
-// signal-with-starts one aggregate, signals its events out of order and with
-// a duplicate, waits until the workflow completes idle, and writes the full
+// It starts an in-memory embedded Temporal server on a free port (with
+// Ferry's search attributes), runs a worker with workflows.Aggregate and
+// stand-in activities (the recording is about the workflow's own commands,
+// not about PostgreSQL or RabbitMQ), drives one aggregate through a
+// scenario, waits until the workflow completes idle, and writes the full
 // history as JSON in the format worker.WorkflowReplayer reads:
 //
-//	go run ./internal/tools/recordhistory -out workflows/testdata/aggregate_history.json
+//	go run ./internal/tools/recordhistory -scenario quarantine
 //
-// Re-record only when the workflow changed on purpose, and keep the old file
-// as well: histories recorded by the old code must still replay.
+// The scenarios:
+//
+//   - aggregate (the default): events signalled out of order and with a
+//     duplicate, published in order.
+//   - quarantine: an event's publish keeps failing with a retryable
+//     "Unroutable" error under a policy of two attempts, so it is
+//     quarantined; an event signalled meanwhile waits; a repair update
+//     (retry) lets it through, and the rest follow in order.
+//
+// -out defaults to workflows/testdata/<scenario>_history.json. Re-record
+// only when the workflow changed on purpose, and keep the old file as well:
+// histories recorded by the old code must still replay.
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -27,6 +40,7 @@ import (
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -41,14 +55,31 @@ func main() {
 	}
 }
 
+// scenario drives one aggregate workflow on taskQueue to completion and
+// returns its workflow and run id.
+type scenario func(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (id, runID string, err error)
+
+var scenarios = map[string]scenario{
+	"aggregate":  recordAggregate,
+	"quarantine": recordQuarantine,
+}
+
 func run() error {
-	out := flag.String("out", "workflows/testdata/aggregate_history.json", "file to write the history to")
+	name := flag.String("scenario", "aggregate", "what to record: aggregate or quarantine")
+	out := flag.String("out", "", "file to write the history to (default workflows/testdata/<scenario>_history.json)")
 	flag.Parse()
+	record, ok := scenarios[*name]
+	if !ok {
+		return fmt.Errorf("-scenario %q: want aggregate or quarantine", *name)
+	}
+	path := cmp.Or(*out, filepath.Join("workflows", "testdata", *name+"_history.json"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	srv, err := devserver.Start(ctx, devserver.Config{Address: "127.0.0.1:0"})
+	// The search attributes must exist: the aggregate workflow upserts
+	// them when it blocks, and the server fails the task otherwise.
+	srv, err := devserver.Start(ctx, devserver.Config{Address: "127.0.0.1:0", SearchAttributes: workflows.SearchAttributeTypes})
 	if err != nil {
 		return err
 	}
@@ -68,40 +99,25 @@ func run() error {
 	defer c.Close()
 
 	const taskQueue = "ferry-recordhistory"
+	acts := &standIns{poisoned: map[string]bool{}}
 	w := worker.New(c, taskQueue, worker.Options{Identity: "recordhistory"})
 	w.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
-	w.RegisterActivityWithOptions(publish, activity.RegisterOptions{Name: workflows.PublishEventActivity})
+	w.RegisterActivityWithOptions(acts.publish, activity.RegisterOptions{Name: workflows.PublishEventActivity})
 	w.RegisterActivityWithOptions(loadCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	w.RegisterActivityWithOptions(quarantine, activity.RegisterOptions{Name: workflows.QuarantineActivity})
+	w.RegisterActivityWithOptions(repair, activity.RegisterOptions{Name: workflows.RepairActivity})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	defer w.Stop()
 
-	id := workflows.WorkflowID("order", "o-1")
-	ref := func(v int64) workflows.EventRef {
-		return workflows.EventRef{ID: fmt.Sprintf("evt-%d", v), Version: v, Type: "order.changed"}
-	}
-	we, err := c.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
-		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(2)}},
-		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
-		workflows.AggregateWorkflowName,
-		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: 2 * time.Second})
+	id, runID, err := record(ctx, c, taskQueue, acts)
 	if err != nil {
-		return fmt.Errorf("signal-with-start %s: %w", id, err)
-	}
-	// Out of order, with a repeat: 2 (above), 1, 1, 3, 5, 4.
-	for _, v := range []int64{1, 1, 3, 5, 4} {
-		if err := c.SignalWorkflow(ctx, id, we.GetRunID(), workflows.EventsSignal,
-			workflows.EventsSignalArg{Events: []workflows.EventRef{ref(v)}}); err != nil {
-			return fmt.Errorf("signal v%d: %w", v, err)
-		}
-	}
-	if err := we.Get(ctx, nil); err != nil {
-		return fmt.Errorf("workflow %s: %w", id, err)
+		return err
 	}
 
 	hist := &historypb.History{}
-	it := c.GetWorkflowHistory(ctx, id, we.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
@@ -118,24 +134,183 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("encode history: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %d events to %s\n", len(hist.Events), *out)
+	fmt.Printf("wrote %d events to %s\n", len(hist.Events), path)
 	return nil
 }
 
+func ref(v int64) workflows.EventRef {
+	return workflows.EventRef{ID: fmt.Sprintf("evt-%d", v), Version: v, Type: "order.changed"}
+}
+
+func signal(ctx context.Context, c client.Client, id, runID string, versions ...int64) error {
+	arg := workflows.EventsSignalArg{}
+	for _, v := range versions {
+		arg.Events = append(arg.Events, ref(v))
+	}
+	if err := c.SignalWorkflow(ctx, id, runID, workflows.EventsSignal, arg); err != nil {
+		return fmt.Errorf("signal %v: %w", versions, err)
+	}
+	return nil
+}
+
+// recordAggregate: events 2, 1, 1, 3, 5, 4, one per signal, published in
+// order, then idle completion.
+func recordAggregate(ctx context.Context, c client.Client, taskQueue string, _ *standIns) (string, string, error) {
+	id := workflows.WorkflowID("order", "o-1")
+	we, err := c.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(2)}},
+		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
+		workflows.AggregateWorkflowName,
+		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: 2 * time.Second})
+	if err != nil {
+		return "", "", fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	// Out of order, with a repeat: 2 (above), 1, 1, 3, 5, 4.
+	for _, v := range []int64{1, 1, 3, 5, 4} {
+		if err := signal(ctx, c, id, we.GetRunID(), v); err != nil {
+			return "", "", err
+		}
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", id, err)
+	}
+	return id, we.GetRunID(), nil
+}
+
+// recordedRepairID is the request id of the quarantine scenario's repair.
+const recordedRepairID = "recordhistory-repair-1"
+
+// recordQuarantine: events 1, 2, 3 in one signal; evt-2 fails twice
+// (policy MaxAttempts 2 for its type) and is quarantined; event 4 arrives
+// while it is blocked; a retry repair by update lets evt-2 through, then 3
+// and 4 follow, then idle completion.
+func recordQuarantine(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (string, string, error) {
+	id := workflows.WorkflowID("order", "o-1")
+	acts.poison("evt-2")
+	we, err := c.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(1), ref(2), ref(3)}},
+		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
+		workflows.AggregateWorkflowName,
+		workflows.AggregateInput{
+			AggregateType: "order", AggregateID: "o-1", IdleTimeout: 2 * time.Second,
+			Policies: map[string]workflows.EventPolicy{"order.changed": {MaxAttempts: 2}},
+		})
+	if err != nil {
+		return "", "", fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	runID := we.GetRunID()
+	blocked, err := waitBlocked(ctx, c, id, runID)
+	if err != nil {
+		return "", "", err
+	}
+	if blocked.EventID != "evt-2" || blocked.ErrorClass != "Unroutable" {
+		return "", "", fmt.Errorf("blocked at %s with %s, want evt-2 with Unroutable", blocked.EventID, blocked.ErrorClass)
+	}
+	if err := signal(ctx, c, id, runID, 4); err != nil {
+		return "", "", err
+	}
+
+	acts.heal("evt-2")
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
+		RunID:        runID,
+		UpdateName:   workflows.RepairUpdate,
+		UpdateID:     recordedRepairID,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+		Args: []any{workflows.RepairRequest{
+			RequestID: recordedRepairID,
+			Action:    workflows.ActionRetry,
+			EventID:   blocked.EventID,
+			Reason:    "binding for order.changed added",
+			Actor:     "recordhistory",
+		}},
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("repair update: %w", err)
+	}
+	var res workflows.RepairResult
+	if err := h.Get(ctx, &res); err != nil {
+		return "", "", fmt.Errorf("repair update: %w", err)
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", id, err)
+	}
+	return id, runID, nil
+}
+
+// waitBlocked polls the workflow's state until it reports a blocked event.
+func waitBlocked(ctx context.Context, c client.Client, id, runID string) (*workflows.Blocked, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		v, err := c.QueryWorkflow(ctx, id, runID, workflows.StateQuery)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", id, err)
+		}
+		var st workflows.State
+		if err := v.Get(&st); err != nil {
+			return nil, fmt.Errorf("decode state of %s: %w", id, err)
+		}
+		if st.Blocked != nil {
+			return st.Blocked, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.New("workflow did not block in time")
+		case <-tick.C:
+		}
+	}
+}
+
+// standIns replace package activities.
+type standIns struct {
+	mu       sync.Mutex
+	poisoned map[string]bool // event ids whose publish fails with a retryable "Unroutable"
+}
+
+func (s *standIns) poison(eventID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.poisoned[eventID] = true
+}
+
+func (s *standIns) heal(eventID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.poisoned, eventID)
+}
+
 // publish stands in for activities.PublishEvent.
-func publish(context.Context, workflows.PublishInput) (workflows.PublishResult, error) {
+func (s *standIns) publish(_ context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.poisoned[in.EventID] {
+		return workflows.PublishResult{}, temporal.NewApplicationError(
+			fmt.Sprintf("no binding routes event %s (stand-in)", in.EventID), "Unroutable")
+	}
 	return workflows.PublishResult{}, nil
 }
 
 // loadCursor stands in for activities.LoadAggregateCursor: nothing delivered yet.
 func loadCursor(context.Context, workflows.CursorInput) (workflows.CursorResult, error) {
 	return workflows.CursorResult{}, nil
+}
+
+// quarantine stands in for activities.QuarantineEvent.
+func quarantine(context.Context, workflows.QuarantineInput) error { return nil }
+
+// repair stands in for activities.ApplyRepair: the first audit row.
+func repair(_ context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
+	return workflows.RepairResult{
+		RequestID: in.Request.RequestID, Action: in.Request.Action, EventID: in.Request.EventID,
+		Version: in.Version, AuditID: 1,
+	}, nil
 }
 
 type quiet struct{}
