@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -49,6 +50,8 @@ type effectsOpts struct {
 	// after 3s).
 	clientTimeout time.Duration
 	noFerry       bool // only the sandboxes (a child process runs Ferry)
+	// slowDelay of the provider's slow faults; default 3s.
+	slowDelay time.Duration
 }
 
 func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
@@ -56,7 +59,7 @@ func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
 	e := &effectsEnv{env: setup(t)}
 	ctx := context.Background()
 	var err error
-	e.provider, err = payprovider.New(payprovider.Config{SlowDelay: 3 * time.Second})
+	e.provider, err = payprovider.New(payprovider.Config{SlowDelay: cmp.Or(o.slowDelay, 3*time.Second)})
 	require.NoError(t, err)
 	require.NoError(t, e.provider.Start(ctx))
 	t.Cleanup(e.provider.Stop)
@@ -518,4 +521,38 @@ func clientStartOptions(id, taskQueue string) client.StartWorkflowOptions {
 
 func converterFrom(p *commonpb.Payload, v any) error {
 	return converter.GetDefaultDataConverter().FromPayload(p, v)
+}
+
+// Issue test 1's crash: the worker is SIGKILLed after the provider
+// committed the charge and before the activity could complete. The next
+// attempt, in a new process, looks the key up before it sends: one POST,
+// one charge, and the workflow's result is that charge.
+func TestWorkerKilledBetweenChargeAndCompletion(t *testing.T) {
+	t.Parallel()
+	e := setupEffects(t, effectsOpts{noFerry: true, slowDelay: 20 * time.Second})
+	e.provider.SetFaults(func(r payprovider.Request) payprovider.Fault {
+		if r.Method == "POST" && r.Seen == 0 {
+			return payprovider.FaultSlowAfterCommit // committed; the answer comes too late
+		}
+		return payprovider.FaultNone
+	})
+	childEnv := []string{
+		"FERRY_EFFECTS=" + e.aggType + ".created=charge",
+		"FERRY_PAYMENTS_URL=" + e.provider.URL(),
+		"FERRY_PAYMENTS_TIMEOUT=4s",
+		"FERRY_PAYMENT_ATTEMPT_TIMEOUT=5s",
+	}
+	first := e.startProcess(t, "run", childEnv...)
+	id := e.order(t, "o-kill", "created", 7700)
+	waitFor(t, time.Minute, "the provider to commit the charge", func() bool { return len(e.provider.Ledger().Charges) == 1 })
+	first.kill()
+	e.startProcess(t, "run", childEnv...)
+
+	res := result[effects.PaymentResult](t, "charge", id, 2*time.Minute)
+	l := e.provider.Ledger()
+	require.Len(t, l.Charges, 1)
+	require.Equal(t, l.Charges[0].ID, res.Outcome.ID)
+	require.Equal(t, effects.StatusSucceeded, res.Outcome.Status)
+	require.Equal(t, 1, res.Sends)
+	require.Equal(t, 1, e.provider.Posts(), "the attempt after the crash looked the key up instead of sending")
 }

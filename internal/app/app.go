@@ -163,12 +163,17 @@ func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *brok
 	if err != nil {
 		return worker.Config{}, err
 	}
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Metrics: m,
+	effectRoutes, effectRegistrars, err := WorkerEffects(cfg.Effects, pool, m)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Effects: effectRoutes, Metrics: m,
 		MaintenanceMetrics: mm, Temporal: c})
 	if err != nil {
 		return worker.Config{}, err
 	}
-	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace}
+	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace,
+		Effects: effectRegistrars}
 	if !cfg.NoSchedules {
 		wc.Schedules = &worker.Schedules{
 			Retention: workflows.RetentionInput{RowAge: cfg.RowRetention, PayloadAge: cfg.PayloadRetention},

@@ -48,6 +48,9 @@ type Config struct {
 	// MetricsAddress serves Prometheus /metrics when set (host:port).
 	// Default: off.
 	MetricsAddress string
+	// Effects routes event types to effect workflows (payments, e-mail)
+	// and configures them. Default: none.
+	Effects EffectsConfig
 	// RowRetention: delivered rows older than this are deleted by the
 	// retention schedule. Default 720h (30 days).
 	RowRetention time.Duration
@@ -112,6 +115,10 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.BatchSize < 1 {
 		return c, errors.New("batch size must be at least 1")
+	}
+	var err error
+	if c.Effects, err = c.Effects.withDefaults(); err != nil {
+		return c, err
 	}
 	if err := c.validateTemporalTLS(); err != nil {
 		return c, err

@@ -78,6 +78,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.StringVar(&g.cfg.MetricsAddress, "metrics-address", env("FERRY_METRICS_ADDRESS", ""), "serve Prometheus /metrics on host:port; empty: off (FERRY_METRICS_ADDRESS)")
 	f.StringVar(&g.logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (FERRY_LOG_LEVEL)")
 	addTemporalSecurityFlags(f, g)
+	addEffectFlags(f, g)
 	addConfigFileFlag(root, g)
 	root.AddCommand(pingCmd(g))
 

@@ -23,6 +23,7 @@ func devCmd(g *globals) *cobra.Command {
 		uiAddress string
 		every     time.Duration
 		noDemo    bool
+		faultRate float64
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -62,6 +63,17 @@ which prints what it applies and what it deduplicates.`,
 			cfg.TemporalAddress = srv.FrontendAddress()
 
 			if err := migrate(ctx, cfg, out); err != nil {
+				return err
+			}
+
+			// Demo orders are charged and confirmed by e-mail through
+			// sandboxes on loopback (README, Side effects).
+			stopSandboxes, err := startSandboxes(ctx, &cfg, faultRate, out)
+			if err != nil {
+				return err
+			}
+			defer stopSandboxes()
+			if cfg, err = cfg.WithDefaults(); err != nil {
 				return err
 			}
 
@@ -114,5 +126,6 @@ which prints what it applies and what it deduplicates.`,
 	f.StringVar(&uiAddress, "ui-address", env("FERRY_DEV_UI_ADDRESS", "127.0.0.1:8233"), "host:port of the Temporal UI; empty disables it (FERRY_DEV_UI_ADDRESS)")
 	f.DurationVar(&every, "demo-every", envDuration("FERRY_DEV_DEMO_EVERY", time.Second), "pause between demo transactions")
 	f.BoolVar(&noDemo, "no-demo", false, "run without the demo producer and consumer")
+	f.Float64Var(&faultRate, "sandbox-fault-rate", 0.2, "share of first requests to the sandbox payment provider and SMTP sink that meet a fault")
 	return cmd
 }

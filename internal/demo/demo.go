@@ -76,7 +76,10 @@ func (p *Producer) create(ctx context.Context, n int) (uuid.UUID, error) {
 		if _, err := tx.Exec(ctx, `INSERT INTO demo_orders (id, customer, total_cents, status) VALUES ($1, $2, $3, 'created')`, id, customer, total); err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(map[string]any{"order_id": id, "customer": customer, "total_cents": total})
+		// amount, currency and email feed the dev routes' charge and
+		// confirmation e-mail (README, Side effects).
+		payload, _ := json.Marshal(map[string]any{"order_id": id, "customer": customer, "total_cents": total,
+			"amount": total, "currency": "eur", "email": customer + "@example.com"})
 		var err error
 		w, err = p.Writer.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: id.String(), EventType: "created", Payload: payload})
 		return err
