@@ -116,8 +116,8 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.BatchSize < 1 {
 		return c, errors.New("batch size must be at least 1")
 	}
-	var err error
-	if c.Effects, err = c.Effects.withDefaults(); err != nil {
+	// Checked here, filled where the worker builds them (WorkerEffects).
+	if _, err := c.Effects.withDefaults(); err != nil {
 		return c, err
 	}
 	if err := c.validateTemporalTLS(); err != nil {
