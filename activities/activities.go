@@ -161,12 +161,18 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 	}
 	if err := a.send(ctx, in.EventID, ev); err != nil {
 		a.noteError(ctx, in.EventID, err)
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) {
+			a.metrics.Relay().PublishFailed(appErr.Type())
+		}
 		return workflows.PublishResult{}, err
 	}
 	failpoint.Inject("worker.after-confirm")
 	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
+		a.metrics.Relay().PublishFailed("MarkPublished")
 		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}
+	a.metrics.Relay().Published(ev.aggType, ev.createdAt)
 	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
 	return workflows.PublishResult{Effects: effects}, nil
 }

@@ -20,6 +20,7 @@ import (
 type Metrics struct {
 	quarantined *prometheus.CounterVec
 	repairs     *prometheus.CounterVec
+	relay       *Relay
 
 	effectOutcomes *prometheus.CounterVec
 	paymentLookups *prometheus.CounterVec
@@ -65,7 +66,19 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("register metric: %w", err)
 		}
 	}
+	var err error
+	if m.relay, err = NewRelay(reg); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// Relay is the poller's and the publish activity's part; nil when m is.
+func (m *Metrics) Relay() *Relay {
+	if m == nil {
+		return nil
+	}
+	return m.relay
 }
 
 // Quarantined counts one quarantined event.
@@ -124,6 +137,7 @@ type outboxCollector struct {
 	events  *prometheus.Desc
 	age     *prometheus.Desc
 	errDesc *prometheus.Desc
+	size    *prometheus.Desc
 }
 
 // NewOutboxCollector returns a collector of
@@ -137,6 +151,7 @@ func NewOutboxCollector(pool *pgxpool.Pool) prometheus.Collector {
 		events:  prometheus.NewDesc("ferry_outbox_events", "Outbox rows not yet published, by aggregate type and status.", labels, nil),
 		age:     prometheus.NewDesc("ferry_outbox_oldest_age_seconds", "Age of the oldest row not yet published, by aggregate type and status.", labels, nil),
 		errDesc: prometheus.NewDesc("ferry_outbox_scrape_error", "1 when reading the outbox for this scrape failed.", nil, nil),
+		size:    prometheus.NewDesc("ferry_outbox_table_bytes", "Size of outbox_events with its indexes and TOAST (retention keeps it bounded).", nil, nil),
 	}
 }
 
@@ -144,6 +159,7 @@ func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.age
 	ch <- c.errDesc
+	ch <- c.size
 }
 
 // sqlOutboxState groups the small undelivered part of the table; published
@@ -173,8 +189,14 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		rows.Close()
 		err = errors.Join(err, rows.Err())
 	}
+	var size int64
+	if err == nil {
+		err = c.pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_events')`).Scan(&size)
+	}
 	if err != nil {
 		failed = 1
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(size))
 	}
 	ch <- prometheus.MustNewConstMetric(c.errDesc, prometheus.GaugeValue, failed)
 }

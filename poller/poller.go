@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -64,6 +65,9 @@ type Config struct {
 	// MaxHistoryEvents is passed to new aggregate workflows: they
 	// continue-as-new at this history length. Zero: the workflow's default.
 	MaxHistoryEvents int
+	// Metrics counts claims, signal failures and batch durations; nil
+	// counts nothing.
+	Metrics *metrics.Relay
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 
@@ -256,6 +260,7 @@ WHERE id = ANY($1::uuid[]) AND status = 'pending'`
 // accepted. It returns the number of rows claimed. Aggregates whose signal
 // failed keep their rows pending; the error then says how many failed.
 func (p *Poller) RunOnce(ctx context.Context) (int, error) {
+	start := time.Now()
 	rows, err := p.cfg.Pool.Query(ctx, sqlClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name)
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox batch: %w", err)
@@ -301,6 +306,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 		}
 		firstErr = cmp.Or(firstErr, f.err)
 	}
+	p.cfg.Metrics.Batch(len(batch), len(failed), time.Since(start))
 	p.log.Debug("relayed batch", "claimed", len(batch), "aggregates", len(groups), "signalled", len(ok), "failed_aggregates", len(failed))
 	if len(failed) > 0 {
 		return len(batch), fmt.Errorf("signal %d of %d aggregates (first error: %w)", len(failed), len(groups), firstErr)

@@ -109,6 +109,17 @@ func newMetrics(p Params, pool *pgxpool.Pool) (*metrics.Metrics, *metrics.Mainte
 	return m, mm, nil
 }
 
-func pollerConfig(p Params, pool *pgxpool.Pool, c client.Client) poller.Config {
-	return PollerConfig(p.Config, pool, c, p.logger())
+type pollerDeps struct {
+	fx.In
+
+	Params
+	Pool     *pgxpool.Pool
+	Temporal client.Client
+	Metrics  *metrics.Metrics `optional:"true"`
+}
+
+func pollerConfig(d pollerDeps) poller.Config {
+	pc := PollerConfig(d.Config, d.Pool, d.Temporal, d.logger())
+	pc.Metrics = d.Metrics.Relay()
+	return pc
 }
