@@ -12,6 +12,10 @@ import (
 // field; the modules and New fill them and validate.
 type Config = app.Config
 
+// EffectsConfig is Config.Effects: effect routes and the built-in payment
+// and e-mail effects (README, Side effects).
+type EffectsConfig = app.EffectsConfig
+
 // Roles says which components New builds.
 type Roles = app.Roles
 

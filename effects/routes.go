@@ -159,19 +159,25 @@ func ParseRoute(s string) (event string, effects []string, err error) {
 	return event, effects, nil
 }
 
-// ParseRoutes reads --effect values into RouterConfig.Routes; the same event
-// given twice adds to its effects.
+// ParseRoutes reads --effect values into RouterConfig.Routes. A value may
+// hold several routes separated by ';' (the config file's one value); the
+// same event given twice adds to its effects.
 func ParseRoutes(values []string) (map[string][]string, error) {
 	if len(values) == 0 {
 		return nil, nil
 	}
 	routes := map[string][]string{}
-	for _, v := range values {
-		event, effects, err := ParseRoute(v)
-		if err != nil {
-			return nil, err
+	for _, value := range values {
+		for _, v := range strings.Split(value, ";") {
+			if strings.TrimSpace(v) == "" {
+				continue
+			}
+			event, effects, err := ParseRoute(v)
+			if err != nil {
+				return nil, err
+			}
+			routes[event] = append(routes[event], effects...)
 		}
-		routes[event] = append(routes[event], effects...)
 	}
 	return routes, nil
 }

@@ -72,7 +72,7 @@ func TestRouterRefuses(t *testing.T) {
 
 func TestParseRoutes(t *testing.T) {
 	t.Parallel()
-	routes, err := effects.ParseRoutes([]string{"order.created=charge, email:confirmation", "order.cancelled=refund", "order.created=email:receipt"})
+	routes, err := effects.ParseRoutes([]string{"order.created=charge, email:confirmation", "order.cancelled=refund; order.created=email:receipt"})
 	require.NoError(t, err)
 	require.Equal(t, map[string][]string{
 		"order.created":   {"charge", "email:confirmation", "email:receipt"},
