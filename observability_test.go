@@ -1,0 +1,126 @@
+package ferry_test
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/ferry-outbox/ferry/metrics"
+)
+
+// describer collects the names of every metric Ferry registers.
+type describer struct{ names []string }
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d *describer) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { c.Describe(ch); close(ch) }()
+	for desc := range ch {
+		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
+			d.names = append(d.names, m[1])
+		}
+	}
+	return nil
+}
+func (d *describer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = d.Register(c)
+	}
+}
+func (d *describer) Unregister(prometheus.Collector) bool { return true }
+
+func ferryMetricNames(t *testing.T) []string {
+	t.Helper()
+	d := &describer{}
+	_, err := metrics.New(d)
+	require.NoError(t, err)
+	_, err = metrics.NewMaintenance(d)
+	require.NoError(t, err)
+	require.NoError(t, d.Register(metrics.NewOutboxCollector(nil)))
+	require.Contains(t, d.names, "ferry_outbox_oldest_age_seconds")
+	return d.names
+}
+
+var metricRef = regexp.MustCompile(`\bferry_[a-z_]+`)
+
+// requireKnownMetrics fails when expr names a metric Ferry does not export
+// (histogram series end in _bucket, _sum or _count).
+func requireKnownMetrics(t *testing.T, where, expr string, known []string) {
+	t.Helper()
+	refs := metricRef.FindAllString(expr, -1)
+	require.NotEmpty(t, refs, "%s: %q uses no Ferry metric", where, expr)
+	for _, ref := range refs {
+		base := ref
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if trimmed, ok := strings.CutSuffix(ref, suffix); ok && slices.Contains(known, trimmed) {
+				base = trimmed
+			}
+		}
+		require.Contains(t, known, base, "%s: %q names unknown metric %s", where, expr, ref)
+	}
+}
+
+func TestAlertRulesUseFerryMetricsAndAge(t *testing.T) {
+	t.Parallel()
+	known := ferryMetricNames(t)
+	raw, err := os.ReadFile("deploy/prometheus/ferry-alerts.yml")
+	require.NoError(t, err)
+	var rules struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &rules))
+	require.NotEmpty(t, rules.Groups)
+	ageBased := false
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			require.NotEmpty(t, r.Alert)
+			require.NotEmpty(t, r.Annotations["summary"], "alert %s has no summary", r.Alert)
+			require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], "alert %s", r.Alert)
+			requireKnownMetrics(t, "alert "+r.Alert, r.Expr, known)
+			ageBased = ageBased || strings.Contains(r.Expr, "ferry_outbox_oldest_age_seconds")
+		}
+	}
+	require.True(t, ageBased, "a backlog alert on age, not only depth")
+}
+
+func TestGrafanaDashboardParses(t *testing.T) {
+	t.Parallel()
+	known := ferryMetricNames(t)
+	raw, err := os.ReadFile("deploy/grafana/ferry-dashboard.json")
+	require.NoError(t, err)
+	var dash struct {
+		Title  string `json:"title"`
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &dash))
+	require.NotEmpty(t, dash.UID)
+	require.GreaterOrEqual(t, len(dash.Panels), 5)
+	for _, p := range dash.Panels {
+		require.NotEmpty(t, p.Targets, "panel %q", p.Title)
+		for _, tg := range p.Targets {
+			requireKnownMetrics(t, "panel "+p.Title, tg.Expr, known)
+		}
+	}
+}
