@@ -296,3 +296,43 @@ func (e *poisonEnv) metric(t *testing.T, name string, labels map[string]string) 
 	t.Helper()
 	return sample(t, e.reg, name, labels)
 }
+
+// What an operator types: `ferry blocked` shows the stuck aggregate with
+// the command that repairs it; `ferry repair` applies it once.
+func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
+	e := setupPoison(t)
+	id := e.mustCommit(t, "OPS", "poison")
+	e.waitStatus(t, id, "quarantined")
+	wf := workflows.WorkflowID(e.aggType, "OPS")
+	waitFor(t, 30*time.Second, "the block in visibility", func() bool {
+		return len(blockedIDs(t, fmt.Sprintf(" AND WorkflowId = '%s'", wf))) == 1
+	})
+	env := []string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace}
+
+	code, out := ferry(t, env, "blocked")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, e.aggType+"/OPS  v1  event "+id+" (poison)")
+	require.Contains(t, out, activities.ErrTypeUnroutable)
+	require.Contains(t, out, "ferry repair "+id+" --action retry --reason")
+
+	code, out = ferry(t, env, "repair", id, "--action", "patch", "--reason", "x", "--payload-file", "-")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "Payload is empty")
+
+	e.br.Bind(t, e.aggType+".poison")
+	args := []string{"repair", id, "--action", "retry", "--reason", "queue bound", "--actor", "ops"}
+	code, out = ferry(t, env, args...)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "retry of event "+id+" ("+e.aggType+"/OPS v1) accepted, audit #")
+	msgs := e.br.Collect(t, 1, time.Minute)
+	require.Len(t, msgs, 1)
+	require.Equal(t, id, msgs[0].MessageId)
+
+	code, out = ferry(t, env, args...)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "was applied before")
+	code, out = ferry(t, env, "blocked")
+	require.Equal(t, 0, code, out)
+	require.NotContains(t, out, e.aggType+"/OPS")
+}
