@@ -492,23 +492,31 @@ func TestRepeatedEventStartsNoSecondEffect(t *testing.T) {
 	require.Len(t, e.sink.Messages(), 1)
 }
 
-// order.cancelled refunds the order's charge, found by reference, once.
+// order.cancelled right after order.created refunds the order's charge,
+// found by reference, once: the refund waits while the charge is still in
+// flight at the provider, and its own unknown outcome (500 after commit) is
+// reconciled.
 func TestCancelRefundsTheCharge(t *testing.T) {
 	t.Parallel()
 	e := setupEffects(t, effectsOpts{})
 	e.provider.SetFaults(func(r payprovider.Request) payprovider.Fault {
-		if r.Method == "POST" && r.Path == "/v1/refunds" && r.Seen == 0 {
+		switch {
+		case r.Method == "POST" && r.Path == "/v1/charges" && r.Seen == 0:
+			return payprovider.FaultStall // the charge lands 3s later
+		case r.Method == "POST" && r.Path == "/v1/refunds" && r.Seen == 0:
 			return payprovider.FaultErrorAfterCommit
 		}
 		return payprovider.FaultNone
 	})
 	created := e.order(t, "o-cancel", "created", 3100)
-	charge := result[effects.PaymentResult](t, "charge", created, time.Minute)
 	cancelled := e.order(t, "o-cancel", "cancelled", 0)
+	charge := result[effects.PaymentResult](t, "charge", created, time.Minute)
 	refund := result[effects.PaymentResult](t, "refund", cancelled, time.Minute)
+	require.Equal(t, effects.StatusSucceeded, charge.Outcome.Status)
 	require.Equal(t, effects.StatusSucceeded, refund.Outcome.Status)
 	require.True(t, refund.Reconciled)
 	l := e.provider.Ledger()
+	require.Len(t, l.Charges, 1)
 	require.Len(t, l.Refunds, 1)
 	require.Equal(t, charge.Outcome.ID, l.Refunds[0].Charge)
 	require.Equal(t, int64(3100), l.Refunds[0].Amount)

@@ -57,6 +57,9 @@ const (
 	// ErrTypeInvalidEvent: the event cannot make a request (no amount, no
 	// address, unknown template); not retried, recorded as the result.
 	ErrTypeInvalidEvent = "InvalidEvent"
+	// ErrTypeChargeNotYet: a refund found no charge for its reference yet;
+	// retried until the send window closes.
+	ErrTypeChargeNotYet = "ChargeNotYet"
 	// ErrTypeEmailRejected: the SMTP server refused for good (5xx).
 	ErrTypeEmailRejected = "EmailRejected"
 	// ErrTypeEmailAmbiguous: the connection dropped after the final "."

@@ -107,7 +107,13 @@ type payment struct {
 
 func (w *payment) run(ctx workflow.Context, op string) (PaymentResult, error) {
 	var req PaymentRequest
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, prepareOptions), PreparePaymentActivity, PrepareInput{
+	popts := prepareOptions
+	if op == OpRefund {
+		// A refund waits for its charge at most the send window; then
+		// the workflow fails, visibly, instead of waiting forever.
+		popts.ScheduleToCloseTimeout = w.params.SendWindow
+	}
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, popts), PreparePaymentActivity, PrepareInput{
 		Op:  op,
 		Key: w.st.Key,
 		Event: EffectEvent{

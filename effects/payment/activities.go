@@ -112,6 +112,12 @@ func (a *Activities) PreparePayment(ctx context.Context, in effects.PrepareInput
 	if err != nil {
 		return req, retryable(err)
 	}
+	if len(charges) == 0 {
+		// The charge may still be on its way (order.created and
+		// order.cancelled in quick succession): wait for it, within the
+		// workflow's send window.
+		return req, temporal.NewApplicationError(fmt.Sprintf("no charge for %s yet: waiting for it", req.Reference), effects.ErrTypeChargeNotYet)
+	}
 	for _, c := range charges {
 		if c.Status == "succeeded" && c.AmountRefunded < c.Amount {
 			req.ChargeID, req.Currency = c.ID, c.Currency
