@@ -229,8 +229,8 @@ func (s *Server) Injected() map[Fault]int {
 	return out
 }
 
-// Posts counts POST requests received (charges and refunds, replays
-// included).
+// Posts counts POST requests with a key and a well-formed body (charges
+// and refunds, replays included): the requests idempotency applies to.
 func (s *Server) Posts() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
