@@ -9,6 +9,11 @@
 // and completes when idle; the next run resumes from the delivered version
 // stored in PostgreSQL.
 //
+// After publishing an event it starts the effect workflows that the worker's
+// routes attach to the event's type (effects.go; the workflows themselves
+// are in package effects), each under an ID derived from the event id and
+// the effect name, so a repeated event starts none twice.
+//
 // The package owns ordering and deduplication. It does no I/O: payloads stay in
 // PostgreSQL and are read by the activities (package activities).
 //
