@@ -11,6 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -43,6 +48,9 @@ type Config struct {
 	// MaintenanceMetrics counts retention and reconciler work; nil counts
 	// nothing.
 	MaintenanceMetrics *metrics.Maintenance
+	// TracerProvider starts the publish span. Default: the global provider
+	// (otel.GetTracerProvider(); a no-op until one is set).
+	TracerProvider trace.TracerProvider
 	// Temporal lets the reconciler ask whether an aggregate's workflow
 	// runs. Without it the reconcile activity fails (non-retryable).
 	Temporal client.Client
@@ -64,6 +72,7 @@ type Activities struct {
 
 	maintenance *metrics.Maintenance
 	temporal    client.Client
+	tracer      trace.Tracer
 }
 
 // New validates cfg.
@@ -80,8 +89,13 @@ func New(cfg Config) (*Activities, error) {
 	if cfg.Effects == nil {
 		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
 	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
 	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey, metrics: cfg.Metrics, effects: cfg.Effects,
-		maintenance: cfg.MaintenanceMetrics, temporal: cfg.Temporal}, nil
+		maintenance: cfg.MaintenanceMetrics, temporal: cfg.Temporal,
+		tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}, nil
 }
 
 // DefaultRoutingKey is "<aggregate_type>.<event_type>".
@@ -209,20 +223,39 @@ func (a *Activities) send(ctx context.Context, id string, ev row) error {
 		HeaderAggregateVersion: ev.version,
 		HeaderSchemaVersion:    int64(ev.schemaVersion),
 	}
-	if ev.traceParent != "" {
-		headers[HeaderTraceParent] = ev.traceParent
-	}
-	if ev.traceState != "" {
-		headers[HeaderTraceState] = ev.traceState
+	// A producer span, child of the trace stored with the row, whose
+	// context travels in the headers: the consumer's span becomes its
+	// child, so one trace runs command → outbox → publish → consumer. With
+	// no tracer provider set the span records nothing and the headers carry
+	// the row's own trace context.
+	key := a.routingKey(ev.aggType, ev.eventType)
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{HeaderTraceParent: ev.traceParent, HeaderTraceState: ev.traceState})
+	ctx, span := a.tracer.Start(ctx, "ferry.publish "+key,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "rabbitmq"),
+			attribute.String("messaging.message.id", id),
+			attribute.String("messaging.destination.name", key),
+			attribute.String("ferry.aggregate", ev.aggType+"/"+ev.aggID),
+			attribute.Int64("ferry.aggregate_version", ev.version),
+		))
+	defer span.End()
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	for k, v := range carrier {
+		headers[k] = v
 	}
 	err := a.pub.Publish(ctx, broker.Message{
 		ID:         id,
 		Type:       ev.eventType,
-		RoutingKey: a.routingKey(ev.aggType, ev.eventType),
+		RoutingKey: key,
 		Headers:    headers,
 		Body:       ev.payload,
 		Timestamp:  ev.createdAt,
 	})
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	switch {
 	case err == nil:
 		return nil

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -68,6 +70,11 @@ type Config struct {
 	// HandlerTimeout bounds one inbox transaction, handler included.
 	// Default 30s.
 	HandlerTimeout time.Duration
+	// TracerProvider starts a consumer span per delivery, child of the
+	// trace context in the message's traceparent header, and hands its
+	// context to the handler. Default: the global provider
+	// (otel.GetTracerProvider(); a no-op until one is set).
+	TracerProvider trace.TracerProvider
 	// ShutdownTimeout bounds how long Stop lets in-flight deliveries
 	// finish before their contexts are cancelled. Default 30s.
 	ShutdownTimeout time.Duration
@@ -188,6 +195,9 @@ var queueName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
 
 // New validates cfg and fills its defaults. It does not dial.
 func New(cfg Config) (*Consumer, error) {
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
 	cfg.Exchange = cmp.Or(cfg.Exchange, "ferry.events")
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, 32)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, min(4, cfg.Prefetch))

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-outbox/ferry/inbox"
 )
@@ -42,6 +45,20 @@ func (c *Consumer) handle(stop, work context.Context, j job) {
 	}
 	ev.Payload, ev.SchemaVersion = payload, version
 	res.Event = ev
+
+	// One consumer span per delivery, continuing the producer's trace
+	// (command → outbox → publish → here).
+	work = propagation.TraceContext{}.Extract(work, headerCarrier(d.Headers))
+	work, span := c.cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/consumer").Start(work, "ferry.consume "+ev.EventType,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "rabbitmq"),
+			attribute.String("messaging.message.id", ev.ID),
+			attribute.String("messaging.destination.name", c.cfg.Queue),
+			attribute.String("ferry.aggregate", ev.AggregateType+"/"+ev.AggregateID),
+			attribute.Int64("ferry.aggregate_version", ev.AggregateVersion),
+		))
+	defer span.End()
 
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(work, c.cfg.HandlerTimeout)
@@ -318,4 +335,22 @@ func toInt64(v any) (int64, bool) {
 func deliveryCount(d amqp.Delivery) int {
 	n, _ := toInt64(d.Headers["x-delivery-count"])
 	return int(n)
+}
+
+// headerCarrier reads W3C trace headers from AMQP headers.
+type headerCarrier amqp.Table
+
+func (h headerCarrier) Get(key string) string {
+	v, _ := h[key].(string)
+	return v
+}
+
+func (h headerCarrier) Set(key, value string) { h[key] = value }
+
+func (h headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/activities"
@@ -68,6 +69,10 @@ type ferryOpts struct {
 	idleTimeout time.Duration
 	maxHistory  int
 	policies    map[string]workflows.EventPolicy
+	noWorker    bool              // pollers only
+	noPoller    bool              // a worker only
+	schedules   *worker.Schedules // the worker keeps these in place
+	tracer      trace.TracerProvider
 	metrics     *metrics.Metrics
 }
 
@@ -87,13 +92,18 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics})
+	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics, Temporal: tclient, TracerProvider: o.tracer})
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(w.Stop)
+	if !o.noWorker {
+		w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules})
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(w.Stop)
+	}
 	for i := range max(o.pollers, 1) {
+		if o.noPoller {
+			break
+		}
 		p, err := poller.New(poller.Config{
 			Pool:             o.pool,
 			Temporal:         o.temporal,
