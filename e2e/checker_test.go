@@ -389,7 +389,7 @@ func (c *checker) waitConsuming(t *testing.T) {
 type load struct {
 	producers  int           // default 3
 	aggregates int           // default 12
-	pause      time.Duration // between one producer's transactions; default 20ms
+	pause      time.Duration // between one producer's transactions; default 50ms
 	rollback   int           // percent rolled back on purpose; default 10
 	crash      int           // percent cut off before COMMIT; default 5
 	limit      int           // stop after this many attempts in all; 0: when stopped
@@ -414,7 +414,7 @@ func (c *checker) runLoad(l load) {
 func (c *checker) produce(ctx context.Context, l load) {
 	l.producers = cmp.Or(l.producers, 3)
 	l.aggregates = cmp.Or(l.aggregates, 12)
-	l.pause = cmp.Or(l.pause, 20*time.Millisecond)
+	l.pause = cmp.Or(l.pause, 50*time.Millisecond)
 	l.rollback = cmp.Or(l.rollback, 10)
 	l.crash = cmp.Or(l.crash, 5)
 	var (
@@ -473,6 +473,29 @@ func (c *checker) transact(aggID string, want outcome) string {
 	}
 	c.record(id.String(), aggID, got)
 	return id.String()
+}
+
+// hold writes one business row and its event and leaves the transaction
+// open until commit is called: an event that took its id, created_at and
+// next_attempt_at before everything the workload writes meanwhile, and
+// becomes visible after all of it.
+func (c *checker) hold(aggID string) (id string, commit func()) {
+	t := c.t
+	t.Helper()
+	ctx := context.Background()
+	uid := uuid.Must(uuid.NewV7())
+	c.record(uid.String(), aggID, indeterminate)
+	tx, err := c.e.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO orders (id, note) VALUES ($1, $2)`, uid.String(), aggID)
+	require.NoError(t, err)
+	_, err = c.e.writer.Write(ctx, tx, outbox.Event{ID: uid, AggregateType: c.e.aggType, AggregateID: aggID, EventType: "changed", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return uid.String(), func() {
+		require.NoError(t, tx.Commit(ctx))
+		c.record(uid.String(), aggID, committed)
+	}
 }
 
 func (c *checker) write(ctx context.Context, conn *pgx.Conn, id uuid.UUID, aggID string, want outcome) outcome {

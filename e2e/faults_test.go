@@ -1,10 +1,19 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/poller"
 )
 
 // The fault suite: each test runs a checker workload (see checker_test.go)
@@ -24,4 +33,362 @@ func TestFaultNone(t *testing.T) {
 	c.runLoad(load{limit: 150})
 	r := c.check(time.Minute)
 	require.Zero(t, r.DuplicateCopies+r.DuplicateSignals+r.Absorbed, "no fault, no duplicate")
+}
+
+// Crash points reached deterministically: a process with FERRY_FAILPOINTS
+// SIGKILLs itself at the named point, mid-stream, and a fresh process takes
+// over. Ferry runs as one `ferry poller`, one `ferry worker` and one checker
+// consumer.
+func TestFaultCrashPoints(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		role      string // poller, worker or consumer
+		failpoint string
+		check     func(t *testing.T, e *env, r report)
+	}{
+		{
+			// The claimed rows are invisible for the lease (12s here), then
+			// claimed again and signalled once: a claim without a signal
+			// costs time, never an event.
+			name: "poller after claim before signal", role: "poller", failpoint: "poller.after-claim=exit@3",
+			check: func(t *testing.T, e *env, r report) {
+				require.Positive(t, e.count(t, `SELECT count(*) FROM outbox_events WHERE attempts > 1`), "the dead poller's rows were claimed again")
+				require.Zero(t, r.DuplicateSignals, "the dead poller never signalled them")
+			},
+		},
+		{
+			// Temporal has the events; the rows stay pending until the
+			// workflow publishes them (or the lease ends and they are
+			// signalled again, and the workflow drops the repeat).
+			name: "poller after signal before mark", role: "poller", failpoint: "poller.after-signal=exit@3",
+		},
+		{
+			// The message is in RabbitMQ, the row not marked: the activity
+			// times out (10s) and its retry publishes again. The tap sees the
+			// copy; the inbox absorbs it.
+			name: "worker after confirm before mark", role: "worker", failpoint: "worker.after-confirm=exit@10",
+			check: func(t *testing.T, _ *env, r report) {
+				require.Positive(t, r.DuplicateCopies, "the confirmed message was published again")
+			},
+		},
+		{
+			// The effect committed, the ack never left: the broker
+			// redelivers and the inbox says duplicate.
+			name: "consumer after commit before ack", role: "consumer", failpoint: "consumer.after-commit=exit@10",
+			check: func(t *testing.T, _ *env, r report) {
+				require.Positive(t, r.Absorbed, "the redelivery was absorbed by the inbox")
+			},
+		},
+		{
+			// The effect was written in a transaction that never committed:
+			// PostgreSQL rolls it back, the broker redelivers, and it is
+			// applied once.
+			name: "consumer before commit", role: "consumer", failpoint: "consumer.before-commit=exit@10",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			c := e.newChecker(t)
+			fp := "FERRY_FAILPOINTS=" + tt.failpoint
+			start := map[string]func(env ...string) *child{
+				"poller":   func(env ...string) *child { return e.startProcess(t, "poller", env...) },
+				"worker":   func(env ...string) *child { return e.startProcess(t, "worker", env...) },
+				"consumer": func(env ...string) *child { return c.startConsumer(t, env...) },
+			}
+			var victim *child
+			for _, role := range []string{"worker", "consumer", "poller"} {
+				if role == tt.role {
+					victim = start[role](fp)
+				} else {
+					start[role]()
+				}
+			}
+			c.waitConsuming(t)
+
+			began := time.Now()
+			stop := c.startLoad(load{})
+			victim.waitExit(t, time.Minute)
+			name, _, _ := strings.Cut(tt.failpoint, "=")
+			require.Contains(t, victim.out.String(), "failpoint "+name+": killing process", "died at the failpoint")
+			killedAt := time.Since(began)
+			start[tt.role]()
+			time.Sleep(max(0, 4*time.Second-time.Since(began))) // keep the load on for a while after the restart
+			stop()
+			r := c.check(2 * time.Minute)
+			t.Logf("%s: killed at %s into the load; %d events committed, %d lost, %d duplicate copies, %d duplicate signals, %d redeliveries absorbed; drained %s after the load stopped",
+				tt.failpoint, killedAt.Round(time.Millisecond), r.Committed, r.Lost, r.DuplicateCopies, r.DuplicateSignals, r.Absorbed, r.Drained.Round(time.Millisecond))
+			if tt.check != nil {
+				tt.check(t, e, r)
+			}
+		})
+	}
+}
+
+// RabbitMQ's memory alarm blocks every publishing connection of the broker
+// (rabbitmqctl set_vm_memory_high_watermark 0.0000001) for 5s under load:
+// nothing is confirmed, so nothing is marked published, and everything flows
+// once the watermark is restored. Not parallel: the alarm blocks every
+// publisher of the shared broker, so the test runs alone, in the sequential
+// phase before the parallel tests; its cleanup restores the watermark even
+// when it fails.
+func TestFaultRabbitMQMemoryAlarm(t *testing.T) {
+	e := setup(t)
+	c := e.newChecker(t)
+	e.startProcess(t, "run")
+	c.startConsumer(t)
+	c.waitConsuming(t)
+	stop := c.startLoad(load{})
+	waitFor(t, time.Minute, "deliveries before the alarm", func() bool { return c.tap.unique() > 20 })
+
+	clear := memoryAlarm(t)
+	raised := time.Now()
+	time.Sleep(time.Second) // publishes already read by the broker still land
+	before, published := c.tap.unique(), e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published'`)
+	time.Sleep(4 * time.Second)
+	during := c.tap.unique() - before
+	markedDuring := e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published'`) - published
+	waiting := e.count(t, `SELECT count(*) FROM outbox_events WHERE status <> 'published'`)
+	clear()
+	alarm := time.Since(raised)
+	time.Sleep(2 * time.Second) // the load goes on after the alarm
+	stop()
+	r := c.check(2 * time.Minute)
+	t.Logf("memory alarm for %s: %d deliveries and %d rows marked published in the last 4s of it, %d rows waiting at its end; %d committed, %d lost, %d duplicate copies",
+		alarm.Round(100*time.Millisecond), during, markedDuring, waiting, r.Committed, r.Lost, r.DuplicateCopies)
+	require.Zero(t, during, "nothing is routed while the alarm blocks publishers")
+	require.Zero(t, markedDuring, "nothing is marked published without a confirm")
+	require.Positive(t, waiting, "rows waited for the broker")
+}
+
+// Ferry's PostgreSQL sessions (poller, worker and consumer processes, found
+// by application_name) are terminated with pg_terminate_backend five times
+// under load: pools reconnect, the LISTEN connection comes back, interrupted
+// transactions roll back and are retried.
+func TestFaultPostgresSessionsTerminated(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.newChecker(t)
+	e.startProcess(t, "poller")
+	e.startProcess(t, "worker")
+	c.startConsumer(t)
+	c.waitConsuming(t)
+	stop := c.startLoad(load{})
+	terminated := map[string]int{}
+	for range 5 {
+		time.Sleep(time.Second)
+		rows, err := e.db.Pool.Query(context.Background(), `SELECT split_part(application_name, '/', 2), pg_terminate_backend(pid)
+			FROM pg_stat_activity WHERE starts_with(application_name, $1)`, e.db.Schema+"/")
+		require.NoError(t, err)
+		for rows.Next() {
+			var role string
+			var ok bool
+			require.NoError(t, rows.Scan(&role, &ok))
+			if ok {
+				terminated[role]++
+			}
+		}
+		require.NoError(t, rows.Err())
+	}
+	time.Sleep(time.Second)
+	stop()
+	r := c.check(2 * time.Minute)
+	t.Logf("terminated sessions %v; %d committed, %d lost, %d duplicate copies, %d duplicate signals",
+		terminated, r.Committed, r.Lost, r.DuplicateCopies, r.DuplicateSignals)
+	for _, role := range []string{"poller", "worker", "consumer"} {
+		require.Positive(t, terminated[role], "sessions of the %s were terminated", role)
+	}
+}
+
+// The Temporal server is SIGKILLed under load and started again 5s later on
+// the same port and SQLite file (a server of this test's own, in a process of
+// its own, so the shared one keeps serving the other tests). Workflows, their
+// signals, timers and activities survive; the poller's failed signals are
+// retried.
+func TestFaultTemporalRestart(t *testing.T) {
+	t.Parallel()
+	srv := startOwnTemporal(t)
+	e := setup(t)
+	c := e.newChecker(t)
+	c.useTemporal(srv.client, srv.namespace)
+	e.startProcess(t, "run", srv.env()...)
+	c.startConsumer(t)
+	c.waitConsuming(t)
+	stop := c.startLoad(load{})
+	waitFor(t, time.Minute, "deliveries before the stop", func() bool { return c.tap.unique() > 20 })
+
+	stopped := time.Now()
+	srv.kill()
+	time.Sleep(5 * time.Second)
+	pending := e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending'`)
+	delivered := c.tap.unique()
+	srv.start(t)
+	down := time.Since(stopped)
+	stop()
+	waitFor(t, 2*time.Minute, "a delivery after the restart", func() bool { return c.tap.unique() > delivered })
+	resumed := time.Since(stopped) - down
+	r := c.check(3 * time.Minute)
+	t.Logf("Temporal down for %s (kill to frontend ready), %d rows pending at the restart, first delivery %s after it; %d committed, %d lost, %d duplicate copies, %d duplicate signals",
+		down.Round(100*time.Millisecond), pending, resumed.Round(100*time.Millisecond), r.Committed, r.Lost, r.DuplicateCopies, r.DuplicateSignals)
+	require.Positive(t, pending, "rows waited for Temporal")
+}
+
+// Four `ferry poller` processes compete for one outbox (FOR UPDATE SKIP
+// LOCKED and a lease): every row is claimed by one of them, and no event is
+// signalled twice.
+func TestFaultCompetingPollers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.newChecker(t)
+	for range 4 {
+		e.startProcess(t, "poller")
+	}
+	e.startProcess(t, "worker")
+	c.startConsumer(t)
+	c.waitConsuming(t)
+	c.runLoad(load{producers: 4, aggregates: 40, pause: 5 * time.Millisecond, limit: 400})
+	r := c.check(2 * time.Minute)
+	claimers := e.count(t, `SELECT count(DISTINCT claimed_by) FROM outbox_events`)
+	reclaimed := e.count(t, `SELECT count(*) FROM outbox_events WHERE attempts > 1`)
+	t.Logf("4 pollers: rows claimed by %d of them, %d rows claimed more than once; %d committed, %d duplicate signals, %d duplicate copies",
+		claimers, reclaimed, r.Committed, r.DuplicateSignals, r.DuplicateCopies)
+	require.GreaterOrEqual(t, claimers, 2, "the pollers shared the work")
+	require.Zero(t, r.DuplicateSignals, "a lease longer than signal + mark: no row is signalled twice")
+}
+
+// The negative control: two pollers with a lease (300ms) shorter than their
+// signals take (Temporal stalled for them) must signal the same events
+// twice, and the checker must count it. This needs poller.Config's
+// UnsafeAllowShortLease (Ferry's commands cannot set it), so these pollers
+// run in the test process; the worker and the consumer are processes. The
+// aggregate workflow drops the repeats: no message is published twice.
+func TestFaultShortLeaseNegativeControl(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.newChecker(t)
+	e.startProcess(t, "worker")
+	c.startConsumer(t)
+	c.waitConsuming(t)
+
+	proxy := testenv.NewProxy(t, temporalAddr)
+	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: testenv.QuietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(pc.Close)
+	for i := range 2 {
+		p, err := poller.New(poller.Config{
+			Pool: e.db.Pool, Temporal: pc, TaskQueue: e.taskQueue, Name: fmt.Sprintf("short-lease-%d", i),
+			Lease: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond, UnsafeAllowShortLease: true,
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		require.NoError(t, err)
+		require.NoError(t, p.Start(context.Background()))
+		t.Cleanup(p.Stop)
+	}
+
+	proxy.Stall()
+	c.runLoad(load{limit: 60, pause: time.Millisecond})
+	waitFor(t, 30*time.Second, "rows claimed by both pollers while their signals hang", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox_events WHERE attempts > 1`) > 0
+	})
+	stalled := e.count(t, `SELECT count(*) FROM outbox_events WHERE attempts > 1`)
+	proxy.Unstall()
+	r := c.check(2 * time.Minute)
+	t.Logf("lease 300ms < signal time: %d rows claimed twice during the stall; the checker counted %d duplicate signals of %d, %d duplicate copies",
+		stalled, r.DuplicateSignals, r.Signals, r.DuplicateCopies)
+	require.Positive(t, r.DuplicateSignals, "the checker sees the duplicates a too-short lease makes")
+	require.Zero(t, r.DuplicateCopies, "the aggregate workflow drops a repeated signal")
+}
+
+// Commit order is not id order: a transaction that took its event id
+// (UUIDv7), created_at and next_attempt_at first stays open while 100 later
+// transactions commit and are delivered; when it commits, it is delivered
+// too. A relay with a "last seen id" cursor would have skipped it.
+func TestFaultCommitOrderGap(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.newChecker(t)
+	e.startProcess(t, "run")
+	c.startConsumer(t)
+	c.waitConsuming(t)
+
+	held, commit := c.hold("held")
+	c.runLoad(load{limit: 100})
+	later := c.count(committed)
+	waitFor(t, time.Minute, "every later event delivered", func() bool { return c.tap.unique() == later })
+	require.False(t, c.tap.seen[held])
+	require.Equal(t, later, e.count(t, `SELECT count(*) FROM outbox_events WHERE id > $1::uuid`, held),
+		"the held event's id sorts before every later one")
+	commit()
+	r := c.check(time.Minute)
+	c.tap.mu.Lock()
+	last := c.tap.all[len(c.tap.all)-1].id
+	c.tap.mu.Unlock()
+	require.Equal(t, held, last, "delivered after the later ones, once it committed")
+	t.Logf("1 event held open while %d later ones committed and were delivered; then delivered; %d lost", later, r.Lost)
+}
+
+// A short kill loop: every 2-4s one of two `ferry poller`, two `ferry
+// worker` and two checker consumer processes is SIGKILLed (and restarted
+// within a second) for 20s under steady load; every role is hit once in each
+// round of three kills. The long version is TestLongKillLoop.
+func TestFaultKillLoop(t *testing.T) {
+	t.Parallel()
+	runKillLoop(t, 20*time.Second)
+}
+
+// runKillLoop runs the kill loop for d and checks.
+func runKillLoop(t *testing.T, d time.Duration) report {
+	e := setup(t)
+	c := e.newChecker(t)
+	type slot struct {
+		role  string
+		start func() *child
+		proc  *child
+	}
+	var slots []*slot
+	for _, role := range []string{"poller", "poller", "worker", "worker", "consumer", "consumer"} {
+		s := &slot{role: role}
+		if role == "consumer" {
+			s.start = func() *child { return c.startConsumer(t) }
+		} else {
+			s.start = func() *child { return e.startProcess(t, role) }
+		}
+		s.proc = s.start()
+		slots = append(slots, s)
+	}
+	c.waitConsuming(t)
+	stop := c.startLoad(load{aggregates: 24})
+	kills := map[string]int{}
+	began := time.Now()
+	var roles []string // the next victims' roles: each role once per round, in random order
+	for time.Since(began) < d {
+		time.Sleep(2*time.Second + rand.N(2*time.Second))
+		if len(roles) == 0 {
+			roles = []string{"poller", "worker", "consumer"}
+			rand.Shuffle(len(roles), func(i, j int) { roles[i], roles[j] = roles[j], roles[i] })
+		}
+		var candidates []*slot
+		for _, s := range slots {
+			if s.role == roles[0] {
+				candidates = append(candidates, s)
+			}
+		}
+		roles = roles[1:]
+		s := candidates[rand.IntN(len(candidates))]
+		s.proc.kill()
+		kills[s.role]++
+		time.Sleep(rand.N(time.Second)) // a supervisor restarts it
+		s.proc = s.start()
+	}
+	stop()
+	r := c.check(3 * time.Minute)
+	total := 0
+	for _, n := range kills {
+		total += n
+	}
+	t.Logf("kill loop of %s: %d SIGKILLs %v; %d committed, %d lost, %d duplicate copies, %d duplicate signals, %d redeliveries absorbed; drained %s after the load",
+		d, total, kills, r.Committed, r.Lost, r.DuplicateCopies, r.DuplicateSignals, r.Absorbed, r.Drained.Round(time.Millisecond))
+	return r
 }

@@ -15,10 +15,10 @@ import (
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// childEnv marks a re-executed test binary that runs the ferry command ("1")
-// or the fault suite's checker consumer ("consumer") instead of tests: the
-// kill tests need Ferry and consumers in processes of their own, and this
-// binary already contains them.
+// childEnv marks a re-executed test binary that runs the ferry command ("1"),
+// the fault suite's checker consumer ("consumer") or a Temporal server
+// ("temporal") instead of tests: the fault tests need them in processes of
+// their own, and this binary already contains them.
 const childEnv = "FERRY_E2E_CHILD"
 
 var (
@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "consumer":
 		os.Exit(checkerConsumerMain())
+	case "temporal":
+		os.Exit(temporalServerMain())
 	}
 	os.Exit(run(m))
 }
