@@ -85,6 +85,20 @@ func blockedIDs(t *testing.T, extra string) []string {
 	return ids
 }
 
+// waitBlocked waits until the workflow itself reports being blocked at
+// eventID (its state query), which is what a repair is validated against.
+func waitBlocked(t *testing.T, workflowID, eventID string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "workflow "+workflowID+" blocked at "+eventID, func() bool {
+		v, err := tclient.QueryWorkflow(context.Background(), workflowID, "", workflows.StateQuery)
+		if err != nil {
+			return false
+		}
+		var st workflows.State
+		return v.Get(&st) == nil && st.Blocked != nil && st.Blocked.EventID == eventID
+	})
+}
+
 func repair(t *testing.T, workflowID string, req workflows.RepairRequest) (workflows.RepairResult, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -166,6 +180,9 @@ func TestRepairRetrySkipPatch(t *testing.T) {
 	e.waitStatus(t, a1, "quarantined")
 	e.waitStatus(t, d1, "quarantined")
 	wfA, wfD := workflows.WorkflowID(e.aggType, "A"), workflows.WorkflowID(e.aggType, "D")
+	// The row is marked before the workflow takes up its blocked state.
+	waitBlocked(t, wfA, a1)
+	waitBlocked(t, wfD, d1)
 
 	// Refused with a clear answer: wrong event, missing reason, bad patch.
 	_, err := repair(t, wfA, workflows.RepairRequest{RequestID: "r0", Action: "retry", EventID: a2, Actor: "ops", Reason: "x"})
@@ -190,6 +207,7 @@ func TestRepairRetrySkipPatch(t *testing.T) {
 		s, le := e.status(t, a1)
 		return s == "quarantined" && le != ""
 	})
+	waitBlocked(t, wfA, a1)
 
 	// Fix downstream, then retry: A v1 and v2 arrive in order.
 	e.br.Bind(t, e.aggType+".poison")
