@@ -17,7 +17,7 @@ UNIT_PKGS    = $(shell $(GO) list ./... | grep -v -e /e2e -e /devserver -e /cmd/
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
 run: build ## Run Ferry on the embedded Temporal server with the UI and a demo producer
@@ -33,10 +33,17 @@ build: ## Build bin/ferry (the first build compiles the Temporal server: 5-20 mi
 .PHONY: test
 test: browser ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) vet ./...
+	$(GO) vet -tags faults ./e2e/
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 	@mkdir -p test-output
 	$(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(SERVER_PKGS)
 	@echo "screenshots and other test artifacts: test-output/_artifacts/"
+
+# The long fault runs are built only with the faults tag: without it they are
+# not in the test binary. Figures go to the -v output.
+.PHONY: test-faults
+test-faults: ## Long fault runs with figures: kill loop (FERRY_FAULTS_DURATION, 5m), backlog (FERRY_FAULTS_BACKLOG, 100000): ~30 min
+	$(GO) test -tags faults -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
 .PHONY: browser
 browser: ## Install headless Chromium (Debian package) for the UI test, if missing
