@@ -6,12 +6,14 @@
 
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
+# The build cache lives in a cache mount, outside the image's layers.
+ENV GOCACHE=/cache/go-build
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # No cgo: the embedded server's SQLite (modernc.org/sqlite) is pure Go, so
 # the binary is static and runs on distroless/static.
-RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ferry ./cmd/ferry
 
 # distroless/static: CA certificates (for sslmode=verify-full, amqps and
