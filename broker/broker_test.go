@@ -426,3 +426,69 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+// A batch is one confirm window: every message is sent before the first
+// confirm is awaited, and they arrive in the order given.
+func TestPublishBatchInOrder(t *testing.T) {
+	t.Parallel()
+	b := testenv.RabbitMQ(t)
+	p := newPublisher(t, broker.Config{URL: b.URL, Exchange: b.Exchange})
+
+	var msgs []broker.Message
+	for i := range 150 {
+		msgs = append(msgs, msg(fmt.Sprintf("%s-%03d", testenv.Name("evt"), i), "order.placed"))
+	}
+	n, err := p.PublishBatch(context.Background(), msgs)
+	require.NoError(t, err)
+	require.Equal(t, len(msgs), n)
+
+	admin := adminChannel(t)
+	for i, want := range msgs {
+		d, ok, err := admin.Get(b.Queue, true)
+		require.NoError(t, err)
+		require.True(t, ok, "message %d of a confirmed batch is not in the queue", i)
+		require.Equal(t, want.ID, d.MessageId, "message %d out of order", i)
+	}
+	_, ok, err := admin.Get(b.Queue, true)
+	require.NoError(t, err)
+	require.False(t, ok, "exactly one message per batch entry")
+
+	n, err = p.PublishBatch(context.Background(), nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// A failure in the middle of a batch: the count says how many leading
+// messages were confirmed, the error names the failing one, and the later
+// ones' returns do not leak into the next publish.
+func TestPublishBatchStopsAtFirstFailure(t *testing.T) {
+	t.Parallel()
+	admin := adminChannel(t)
+	exchange := freshExchange(t, admin)
+	p := newPublisher(t, broker.Config{URL: testenv.AMQPURL(), Exchange: exchange})
+	ctx := context.Background()
+	require.NoError(t, p.Connect(ctx)) // declares the exchange
+	q := boundQueue(t, admin, exchange, "somebody.listens", nil)
+
+	first, bad, later, unroutableLater := testenv.Name("a"), testenv.Name("b"), testenv.Name("c"), testenv.Name("d")
+	n, err := p.PublishBatch(ctx, []broker.Message{
+		msg(first, "somebody.listens"),
+		msg(bad, "nobody.listens"),
+		msg(later, "somebody.listens"),
+		msg(unroutableLater, "nobody.listens"),
+	})
+	require.Equal(t, 1, n)
+	require.ErrorIs(t, err, broker.ErrUnroutable)
+	require.ErrorContains(t, err, `"nobody.listens"`)
+
+	// Routable messages after the failure were taken by the broker.
+	for _, want := range []string{first, later} {
+		d, ok, err := admin.Get(q, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, want, d.MessageId)
+	}
+	// The return of the last message was consumed with its confirm: a new
+	// publish under the same id is judged on its own outcome.
+	require.NoError(t, p.Publish(ctx, msg(unroutableLater, "somebody.listens")))
+}
