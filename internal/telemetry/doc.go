@@ -1,0 +1,11 @@
+// Package telemetry sets up Ferry's OpenTelemetry tracing: the tracer
+// provider and its OTLP exporter (off by default), Temporal's tracing
+// interceptor, and the rule that joins an outbox row's stored trace context
+// to the spans around its delivery.
+//
+// It starts no spans of its own: the poller (ferry.dispatch), the publish
+// activity (ferry.publish), the consumer (ferry.consume) and Temporal's
+// interceptor (workflow and activity spans) start theirs. It owns no
+// connection but the exporter's, which exists only when an exporter is
+// chosen.
+package telemetry
