@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/internal/failpoint"
@@ -70,6 +72,11 @@ type Config struct {
 	Metrics *metrics.Relay
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider starts a ferry.dispatch span per signal-with-start,
+	// continuing the trace stored with the signalled rows (see dispatchSpan).
+	// Default: the global provider (otel.GetTracerProvider(); a no-op until
+	// one is set).
+	TracerProvider trace.TracerProvider
 
 	// UnsafeAllowShortLease is for tests only: it lifts the rule that Lease
 	// exceed SignalTimeout + MarkTimeout, and stops bounding a batch's
@@ -82,8 +89,9 @@ type Config struct {
 
 // Poller relays pending outbox rows to aggregate workflows.
 type Poller struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -103,7 +111,8 @@ func New(cfg Config) (*Poller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1)}, nil
+	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
+		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller")}, nil
 }
 
 func (cfg Config) withDefaults() Config {
@@ -118,6 +127,9 @@ func (cfg Config) withDefaults() Config {
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
 	return cfg
 }
 
@@ -225,6 +237,7 @@ func (p *Poller) drain(ctx context.Context) error {
 type claimed struct {
 	id, aggType, aggID, eventType string
 	version                       int64
+	traceParent, traceState       string // W3C, stored by the producer; may be empty
 }
 
 // sqlClaim takes the oldest claimable pending rows. SKIP LOCKED lets pollers
@@ -240,7 +253,8 @@ WHERE e.id IN (
     ORDER BY next_attempt_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED)
-RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type`
+RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
+    coalesce(e.trace_parent, ''), coalesce(e.trace_state, '')`
 
 // sqlMarkDispatched: only after Temporal accepted the signal. A row the
 // workflow already published stays published.
@@ -267,7 +281,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	}
 	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
 		var c claimed
-		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType)
+		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState)
 		return c, err
 	})
 	if err != nil {
@@ -318,6 +332,7 @@ type aggregateGroup struct {
 	aggType, aggID string
 	events         []workflows.EventRef
 	ids            []string
+	rows           []claimed // for the dispatch span's parent and links
 }
 
 // group splits a batch per aggregate, versions ascending, aggregates in the
@@ -335,6 +350,7 @@ func group(batch []claimed) []*aggregateGroup {
 		}
 		g.events = append(g.events, workflows.EventRef{ID: c.id, Version: c.version, Type: c.eventType})
 		g.ids = append(g.ids, c.id)
+		g.rows = append(g.rows, c)
 	}
 	for _, g := range out {
 		slices.SortFunc(g.events, func(a, b workflows.EventRef) int { return cmp.Compare(a.Version, b.Version) })
@@ -375,11 +391,13 @@ func (p *Poller) dispatch(ctx context.Context, groups []*aggregateGroup) (ok []s
 	return ok, failed
 }
 
-func (p *Poller) signal(ctx context.Context, g *aggregateGroup) error {
+func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.SignalTimeout)
 	defer cancel()
 	id := workflows.WorkflowID(g.aggType, g.aggID)
-	_, err := p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+	ctx, span := p.dispatchSpan(ctx, g, id)
+	defer func() { endSpan(span, err) }()
+	_, err = p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
 		workflows.EventsSignalArg{Events: g.events},
 		client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
 		workflows.AggregateWorkflowName,

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/goleak"
 
@@ -165,16 +167,19 @@ func TestNewFillsDefaults(t *testing.T) {
 	require.Zero(t, c.IdleTimeout, "zero leaves the workflow's default")
 	require.Zero(t, c.MaxHistoryEvents, "zero leaves the workflow's default")
 	require.Same(t, slog.Default(), c.Logger)
+	require.Equal(t, otel.GetTracerProvider(), c.TracerProvider)
 }
 
 func TestNewKeepsExplicitSettings(t *testing.T) {
 	t.Parallel()
 	logger := slog.New(slog.DiscardHandler)
+	tp := noop.NewTracerProvider()
 	p, err := New(Config{
 		Pool: lazyPool(t), Temporal: deadTemporal(t),
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
+		TracerProvider: tp,
 	})
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -182,6 +187,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
+		TracerProvider: tp,
 	}, p.cfg)
 }
 
