@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
@@ -100,19 +101,28 @@ func NewTemporalClient(p Params) (client.Client, error) {
 }
 
 // DialTemporal dials the Temporal frontend (with TLS, mTLS and an API key
-// when configured) and checks that it answers.
+// when configured, and the payload codec when keys are set) and checks that
+// it answers. Workers built on the client share its codec.
 func DialTemporal(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, error) {
 	conn, creds, err := cfg.temporalConnection()
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.DialContext(ctx, client.Options{
+	opts := client.Options{
 		HostPort:          cfg.TemporalAddress,
 		Namespace:         cfg.Namespace,
 		Logger:            sdklog.NewStructuredLogger(sdkLogger(logger)),
 		ConnectionOptions: conn,
 		Credentials:       creds,
-	})
+	}
+	cdc, err := cfg.Codec()
+	if err != nil {
+		return nil, err
+	}
+	if cdc != nil {
+		codec.ClientOptions(cdc, &opts)
+	}
+	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach Temporal at %s (namespace %q): %s\n  Is a Temporal server running there? `ferry dev` starts an embedded one; set --temporal-address or FERRY_TEMPORAL_ADDRESS to point elsewhere",
 			cfg.TemporalAddress, cfg.Namespace, shortErr(err))

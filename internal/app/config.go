@@ -79,6 +79,21 @@ type Config struct {
 	// TemporalAPIKey is sent as a bearer token (Temporal Cloud API keys),
 	// always over TLS. A secret: never printed. Default: none.
 	TemporalAPIKey string
+
+	// CodecKeys turn on the payload codec (package codec): every payload
+	// Ferry writes into Temporal is encrypted with AES-256-GCM. Each entry
+	// is "ID:BASE64" or "BASE64" of 32 bytes, several may be comma-separated;
+	// the first encrypts, every one decrypts. Secrets: never printed.
+	// Default: none (payloads in clear).
+	CodecKeys []string
+	// CodecKeyFile is a file of codec keys instead, one per line, the first
+	// encrypts. Default: none.
+	CodecKeyFile string
+	// SensitiveFields name payload fields whose values Ferry masks in logs,
+	// command output and error messages (package redact), as
+	// [<aggregate_type>.<event_type>:]field-or.dotted.path entries, several
+	// may be comma-separated. Default: none.
+	SensitiveFields []string
 }
 
 // Defaults for this machine's local services.
@@ -121,6 +136,12 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, err
 	}
 	if err := c.validateTemporalTLS(); err != nil {
+		return c, err
+	}
+	if _, err := c.Codec(); err != nil {
+		return c, err
+	}
+	if _, err := c.Redactor(); err != nil {
 		return c, err
 	}
 	// The broker's checks of the URL's scheme and the exchange name, without

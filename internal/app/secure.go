@@ -71,13 +71,16 @@ func (c Config) temporalConnection() (client.ConnectionOptions, client.Credentia
 	return opts, creds, nil
 }
 
-// Redacted returns a copy that is safe to print: URL passwords and the API
-// key are replaced by xxxxx.
+// Redacted returns a copy that is safe to print: URL passwords, the API
+// key and the codec keys are replaced by xxxxx.
 func (c Config) Redacted() Config {
 	c.PostgresURL = broker.Redact(c.PostgresURL)
 	c.AMQPURL = broker.Redact(c.AMQPURL)
 	if c.TemporalAPIKey != "" {
 		c.TemporalAPIKey = hidden
+	}
+	if len(c.CodecKeys) > 0 {
+		c.CodecKeys = []string{hidden}
 	}
 	return c
 }
@@ -102,6 +105,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("temporal_tls_cert", r.TemporalTLSCert),
 		slog.String("temporal_tls_server_name", r.TemporalTLSServerName),
 		slog.String("temporal_api_key", r.TemporalAPIKey),
+		slog.Bool("payload_codec", len(r.CodecKeys) > 0 || r.CodecKeyFile != ""),
+		slog.String("codec_key_file", r.CodecKeyFile),
+		slog.Any("sensitive_fields", r.SensitiveFields),
 		slog.String("task_queue", r.TaskQueue),
 		slog.String("exchange", r.Exchange),
 		slog.String("routing_key", r.RoutingKey),
