@@ -40,10 +40,15 @@ var (
 	// service that has none in its graph yet.
 	Postgres = app.PostgresModule
 	// Temporal provides a client.Client from Config's Temporal settings
-	// (address, namespace, TLS, API key).
+	// (address, namespace, TLS, API key), carrying Temporal's OpenTelemetry
+	// interceptor.
 	Temporal = app.TemporalModule
+	// Tracing provides the trace.TracerProvider the other modules use:
+	// Config.OTelExporter's OTLP exporter, flushed on stop, or (the default)
+	// the global provider. Without it in the graph they use the global one.
+	Tracing = app.TracingModule
 )
 
 // Module is everything for a service that brings nothing but a Config:
-// Postgres, Temporal, Poller and Worker.
-var Module = fx.Options(Postgres, Temporal, Poller, Worker)
+// Tracing, Postgres, Temporal, Poller and Worker.
+var Module = fx.Options(Tracing, Postgres, Temporal, Poller, Worker)

@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdklog "go.temporal.io/sdk/log"
 	"go.uber.org/dig"
 	"go.uber.org/fx"
@@ -35,6 +37,7 @@ func Options(cfg Config, roles Roles, logger *slog.Logger) fx.Option {
 	opts := []fx.Option{
 		fx.Supply(cfg, logger),
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		TracingModule,
 		PostgresModule,
 		TemporalModule,
 		MetricsModule,
@@ -92,7 +95,11 @@ func NewTemporalClient(p Params) (client.Client, error) {
 	cfg := p.Config
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
 	defer cancel()
-	c, err := DialTemporal(ctx, cfg, p.logger())
+	interceptors, err := clientInterceptors(p.tracerProvider())
+	if err != nil {
+		return nil, err
+	}
+	c, err := dialTemporal(ctx, cfg, p.logger(), interceptors)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +111,12 @@ func NewTemporalClient(p Params) (client.Client, error) {
 // when configured, and the payload codec when keys are set) and checks that
 // it answers. Workers built on the client share its codec.
 func DialTemporal(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, error) {
+	return dialTemporal(ctx, cfg, logger, nil)
+}
+
+// dialTemporal is DialTemporal with client interceptors (tracing), which
+// workers built on the client share.
+func dialTemporal(ctx context.Context, cfg Config, logger *slog.Logger, interceptors []interceptor.ClientInterceptor) (client.Client, error) {
 	conn, creds, err := cfg.temporalConnection()
 	if err != nil {
 		return nil, err
@@ -114,6 +127,7 @@ func DialTemporal(ctx context.Context, cfg Config, logger *slog.Logger) (client.
 		Logger:            sdklog.NewStructuredLogger(sdkLogger(logger)),
 		ConnectionOptions: conn,
 		Credentials:       creds,
+		Interceptors:      interceptors,
 	}
 	cdc, err := cfg.Codec()
 	if err != nil {
@@ -165,10 +179,11 @@ func WorkerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.P
 
 // WorkerConfigWithMetrics is WorkerConfig whose activities count into m.
 func WorkerConfigWithMetrics(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics) (worker.Config, error) {
-	return workerConfigFull(cfg, pool, c, pub, m, nil)
+	return workerConfigFull(cfg, pool, c, pub, m, nil, nil)
 }
 
-func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics, mm *metrics.Maintenance) (worker.Config, error) {
+// tp, when nil, is the global provider (activities' default).
+func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics, mm *metrics.Maintenance, tp trace.TracerProvider) (worker.Config, error) {
 	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
 	if err != nil {
 		return worker.Config{}, err
@@ -178,7 +193,7 @@ func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *brok
 		return worker.Config{}, err
 	}
 	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Effects: effectRoutes, Metrics: m,
-		MaintenanceMetrics: mm, Temporal: c})
+		MaintenanceMetrics: mm, Temporal: c, TracerProvider: tp})
 	if err != nil {
 		return worker.Config{}, err
 	}

@@ -88,6 +88,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		PollInterval:    time.Second,
 		ConnectTimeout:  10 * time.Second,
 		RowRetention:    30 * 24 * time.Hour,
+		OTelExporter:    "none",
 	}, cfg)
 	require.Equal(t, app.DefaultPostgresURL, cfg.PostgresURL)
 	require.Equal(t, app.DefaultAMQPURL, cfg.AMQPURL)
@@ -99,6 +100,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		PostgresURL: "postgres://a@b/c", AMQPURL: "amqp://d/", TemporalAddress: "e:1", Namespace: "ns",
 		TaskQueue: "q.1:x-y_z", Exchange: "ex", RoutingKey: "all.{event_type}", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
 		IdleTimeout: 2 * time.Minute, ConnectTimeout: time.Second, RowRetention: 48 * time.Hour,
+		OTelExporter: "otlp-grpc", OTelEndpoint: "https://collector:4317", OTelServiceName: "relay",
 	}
 	got, err := set.WithDefaults()
 	require.NoError(t, err)
@@ -116,6 +118,8 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 		{"task queue with a slash", app.Config{TaskQueue: "a/b"}, []string{"task queue", `"a/b"`}},
 		{"task queue too long", app.Config{TaskQueue: strings.Repeat("q", 201)}, []string{"task queue"}},
 		{"negative batch size", app.Config{BatchSize: -1}, []string{"batch size"}},
+		{"unknown exporter", app.Config{OTelExporter: "zipkin"}, []string{`exporter "zipkin"`, "otlp-grpc"}},
+		{"endpoint not a URL", app.Config{OTelExporter: "otlp-http", OTelEndpoint: "collector:4318"}, []string{`endpoint "collector:4318"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -61,6 +62,20 @@ type Config struct {
 	// NoSchedules: workers leave the retention and reconcile schedules
 	// alone. Default false: every worker keeps them in place (idempotent).
 	NoSchedules bool
+	// OTelExporter sends Ferry's spans (ferry.dispatch, Temporal's workflow
+	// and activity spans, ferry.publish) to an OpenTelemetry collector:
+	// "otlp-grpc", "otlp-http", or "otlp" (the protocol named by
+	// OTEL_EXPORTER_OTLP_PROTOCOL). Default "none": nothing is exported or
+	// dialled, and spans go to the global tracer provider (a no-op unless
+	// an embedding service set one).
+	OTelExporter string
+	// OTelEndpoint is the collector's base URL, e.g. http://collector:4318
+	// (https:// for TLS). Default: the OTEL_EXPORTER_OTLP_* variables, else
+	// localhost:4317 (gRPC) or localhost:4318 (HTTP).
+	OTelEndpoint string
+	// OTelServiceName is the service.name of Ferry's spans. Default
+	// OTEL_SERVICE_NAME, else "ferry".
+	OTelServiceName string
 
 	// TemporalTLS dials Temporal over TLS, verifying the server against the
 	// system's roots. Implied by every TemporalTLS* setting below and by
@@ -130,6 +145,10 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.BatchSize < 1 {
 		return c, errors.New("batch size must be at least 1")
+	}
+	c.OTelExporter = cmp.Or(c.OTelExporter, telemetry.ExporterNone)
+	if _, err := c.telemetry().WithDefaults(); err != nil {
+		return c, err
 	}
 	// Checked here, filled where the worker builds them (WorkerEffects).
 	if _, err := c.Effects.withDefaults(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
@@ -55,6 +56,8 @@ type Params struct {
 	Lifecycle fx.Lifecycle
 	Config    Config
 	Logger    *slog.Logger `optional:"true"`
+	// Tracer is TracingModule's provider; without it, the global one.
+	Tracer trace.TracerProvider `optional:"true"`
 }
 
 func (p Params) logger() *slog.Logger {
@@ -69,7 +72,7 @@ func withDefaults(c Config) (Config, error) { return c.WithDefaults() }
 type workerDeps struct {
 	fx.In
 
-	Config    Config
+	Params
 	Pool      *pgxpool.Pool
 	Temporal  client.Client
 	Publisher *broker.Publisher
@@ -78,7 +81,7 @@ type workerDeps struct {
 }
 
 func workerConfig(d workerDeps) (worker.Config, error) {
-	return workerConfigFull(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics, d.Maint)
+	return workerConfigFull(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics, d.Maint, d.tracerProvider())
 }
 
 // MetricsModule provides Ferry's counters (*metrics.Metrics) on a registry
@@ -121,5 +124,6 @@ type pollerDeps struct {
 func pollerConfig(d pollerDeps) poller.Config {
 	pc := PollerConfig(d.Config, d.Pool, d.Temporal, d.logger())
 	pc.Metrics = d.Metrics.Relay()
+	pc.TracerProvider = d.tracerProvider()
 	return pc
 }
