@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/upcast"
 )
 
@@ -91,6 +92,12 @@ type Config struct {
 	OnResult func(Result)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Redact masks the values of sensitive payload fields in park reasons
+	// (the ferry-parked-reason header), Result.Reason and the consumer's
+	// log lines; see package redact. The message body parked in <Queue>.dlq
+	// is the original. Result.Err is the handler's own error, unmasked.
+	// Default nil: nothing is masked.
+	Redact *redact.Redactor
 }
 
 // Outcome is what the consumer did with one delivery.
@@ -221,7 +228,7 @@ func New(cfg Config) (*Consumer, error) {
 	host, _ := os.Hostname()
 	return &Consumer{
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "consumer", "queue", cfg.Queue, "consumer", cfg.Inbox.Consumer()),
+		log:     slog.New(cfg.Redact.Handler(cfg.Logger.Handler())).With("component", "consumer", "queue", cfg.Queue, "consumer", cfg.Inbox.Consumer()),
 		topo:    newTopology(cfg),
 		tagID:   fmt.Sprintf("ferry-consumer-%s-%d", cmp.Or(host, "host"), os.Getpid()),
 		retries: map[*time.Timer]func(){},

@@ -161,6 +161,11 @@ func (c *Consumer) gap(j job, res Result) {
 // then acknowledges it. If the copy is not confirmed, the original is
 // returned to the queue instead: it is never acknowledged unparked.
 func (c *Consumer) park(j job, res Result, outcome Outcome, cause, reason string) {
+	// The reason may quote the payload (a handler's or an upcaster's
+	// error): mask it against the body as sent and as upcast.
+	ev := res.Event
+	reason = c.cfg.Redact.Text(ev.AggregateType, ev.EventType, j.d.Body, reason)
+	reason = c.cfg.Redact.Text(ev.AggregateType, ev.EventType, ev.Payload, reason)
 	res.Outcome, res.Reason = outcome, reason
 	msg := republish(j.d, amqp.Table{
 		HeaderParkedReason:       reason,

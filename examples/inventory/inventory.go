@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/consumer"
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/upcast"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	ResendEvery int
 	// Logger for the consumer's own log lines; default slog.Default().
 	Logger *slog.Logger
+	// Redact masks sensitive payload fields in the printed lines, park
+	// reasons and log lines. Default nil: nothing is masked.
+	Redact *redact.Redactor
 }
 
 // created is the order.created payload, schema version 2. Version 1 (the
@@ -136,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	p := &printer{out: cfg.Out, every: cfg.ResendEvery, amqpURL: cfg.AMQPURL, queue: cfg.Queue}
+	p := &printer{out: cfg.Out, every: cfg.ResendEvery, amqpURL: cfg.AMQPURL, queue: cfg.Queue, redact: cfg.Redact}
 	defer p.close()
 	c, err := consumer.New(consumer.Config{
 		URL:      cfg.AMQPURL,
@@ -148,6 +152,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Schemas:  schemas,
 		OnResult: p.print,
 		Logger:   cfg.Logger,
+		Redact:   cfg.Redact,
 	})
 	if err != nil {
 		return err
@@ -176,6 +181,7 @@ type printer struct {
 	every   int
 	amqpURL string
 	queue   string
+	redact  *redact.Redactor
 	applied atomic.Int64
 
 	// OnResult runs on several workers at once.
@@ -195,6 +201,7 @@ func (p *printer) print(r consumer.Result) {
 			_ = json.Unmarshal(ev.Payload, &c)
 			what = fmt.Sprintf("reserved %d unit(s) for %s", c.Units, c.Customer)
 		}
+		what = p.redact.Text(ev.AggregateType, ev.EventType, ev.Payload, what)
 		fmt.Fprintf(p.out, "%s  %s\n", head, what)
 		if p.every > 0 && p.applied.Add(1)%int64(p.every) == 0 {
 			p.resend(r.Delivery)
