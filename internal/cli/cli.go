@@ -81,6 +81,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.StringVar(&g.cfg.OTelServiceName, "otel-service-name", env("OTEL_SERVICE_NAME", "ferry"), "service.name of Ferry's spans (OTEL_SERVICE_NAME)")
 	f.StringVar(&g.logLevel, "log-level", env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (FERRY_LOG_LEVEL)")
 	addTemporalSecurityFlags(f, g)
+	addPrivacyFlags(f, g)
 	addEffectFlags(f, g)
 	addConfigFileFlag(root, g)
 	root.AddCommand(pingCmd(g))
@@ -92,6 +93,7 @@ Every flag can also be set by the environment variable shown with it.`,
 		serveCmd(g, "worker", "Run only the worker (Temporal → RabbitMQ)", app.Roles{Worker: true}),
 		devCmd(g),
 		consumeExampleCmd(g),
+		codecServerCmd(g),
 	)
 	root.AddCommand(operatorCmds(g)...)
 	return root
@@ -116,7 +118,13 @@ func (g *globals) config() (app.Config, *slog.Logger, error) {
 	if err != nil {
 		return app.Config{}, nil, err
 	}
-	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+	red, err := cfg.Redactor()
+	if err != nil {
+		return app.Config{}, nil, err
+	}
+	// Every log line of the process, the Temporal SDK's included, passes
+	// the sensitive fields' mask.
+	logger := slog.New(red.Handler(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level})))
 	return cfg, logger, nil
 }
 

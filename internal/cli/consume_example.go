@@ -27,12 +27,16 @@ event once (see README "Consuming events"). It prints one line per delivery.`,
 			if err != nil {
 				return err
 			}
+			red, err := cfg.Redactor()
+			if err != nil {
+				return err
+			}
 			if resendEvery < 0 {
 				return fmt.Errorf("--resend-every %d: must be 0 (off) or more", resendEvery)
 			}
 			return inventory.Run(cmd.Context(), inventory.Config{
 				PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL, Exchange: cfg.Exchange,
-				Queue: queue, Out: g.stdout, ResendEvery: resendEvery, Logger: logger,
+				Queue: queue, Out: g.stdout, ResendEvery: resendEvery, Logger: logger, Redact: red,
 			})
 		},
 	}

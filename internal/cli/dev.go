@@ -104,8 +104,9 @@ which prints what it applies and what it deduplicates.`,
 					defer wg.Done()
 					// Every 5th applied message is sent again, so the
 					// deduplication shows.
+					red, _ := cfg.Redactor() // validated by WithDefaults
 					err := inventory.Run(demoCtx, inventory.Config{PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL,
-						Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: logger})
+						Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: logger, Redact: red})
 					if err != nil {
 						fmt.Fprintf(out, "ferry dev: example consumer stopped: %v\n", err)
 					}

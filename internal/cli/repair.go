@@ -144,6 +144,10 @@ func blockedCmd(g *globals) *cobra.Command {
 }
 
 func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c client.Client) ([]blockedRow, error) {
+	red, err := cfg.Redactor()
+	if err != nil {
+		return nil, err
+	}
 	var out []blockedRow
 	var token []byte
 	for {
@@ -167,15 +171,15 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 				_ = json.Unmarshal(p.GetData(), &r.Since)
 			}
 			var aggType, aggID string
-			var lastErr *string
-			err := pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, last_error FROM outbox_events WHERE id = $1`, r.EventID).
-				Scan(&aggType, &aggID, &r.Version, &lastErr)
+			var lastErr, payload *string
+			err := pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, last_error, payload::text FROM outbox_events WHERE id = $1`, r.EventID).
+				Scan(&aggType, &aggID, &r.Version, &lastErr, &payload)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return nil, fmt.Errorf("load event %s: %w", r.EventID, err)
 			}
 			r.Aggregate = aggType + "/" + aggID
 			if lastErr != nil {
-				r.LastError = *lastErr
+				r.LastError = redactLastError(red, aggType, r.EventType, payload, *lastErr)
 			}
 			r.Retry = fmt.Sprintf("ferry repair %s --action retry --reason '…'", r.EventID)
 			r.Skip = fmt.Sprintf("ferry repair %s --action skip --reason '…'", r.EventID)
@@ -220,15 +224,15 @@ request id is derived from the event, action, actor, reason and payload).`,
 				req.Payload = b
 			}
 			req.RequestID = cmp(requestID, defaultRequestID(req))
-			_, pool, c, closeAll, err := g.connections(ctx)
+			cfg, pool, c, closeAll, err := g.connections(ctx)
 			if err != nil {
 				return err
 			}
 			defer closeAll()
-			var aggType, aggID, status string
+			var aggType, aggID, eventType, status string
 			var version int64
-			err = pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, status FROM outbox_events WHERE id = $1`, req.EventID).
-				Scan(&aggType, &aggID, &version, &status)
+			err = pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, event_type, status FROM outbox_events WHERE id = $1`, req.EventID).
+				Scan(&aggType, &aggID, &version, &eventType, &status)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("event %s is not in outbox_events", req.EventID)
 			}
@@ -259,7 +263,10 @@ request id is derived from the event, action, actor, reason and payload).`,
 				if errors.As(err, &notFound) {
 					return fmt.Errorf("refused: workflow %s is not running (event %s is %s): nothing is blocked there", wfID, req.EventID, status)
 				}
-				return fmt.Errorf("refused: %w", unwrapUpdateErr(err))
+				// The validator names fields, but a refusal may quote
+				// the patch it refused.
+				red, _ := cfg.Redactor()
+				return errors.New("refused: " + red.Text(aggType, eventType, req.Payload, unwrapUpdateErr(err).Error()))
 			}
 			if res.Duplicate {
 				fmt.Fprintf(g.stdout, "request %s was applied before (audit #%d): nothing done again\n", res.RequestID, res.AuditID)
