@@ -112,6 +112,7 @@ type Registry interface {
 func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.PublishEvent, activity.RegisterOptions{Name: workflows.PublishEventActivity})
 	r.RegisterActivityWithOptions(a.LoadAggregateCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	r.RegisterActivityWithOptions(a.PublishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
 	r.RegisterActivityWithOptions(a.QuarantineEvent, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	r.RegisterActivityWithOptions(a.ApplyRepair, activity.RegisterOptions{Name: workflows.RepairActivity})
 	r.RegisterActivityWithOptions(a.ReplayEvent, activity.RegisterOptions{Name: workflows.ReplayActivity})
@@ -217,17 +218,28 @@ func (a *Activities) load(ctx context.Context, id string) (row, error) {
 // send publishes the row as an AMQP message and waits for the confirm,
 // classifying failures by ErrType.
 func (a *Activities) send(ctx context.Context, id string, ev row) error {
+	msg, span := a.message(ctx, id, ev)
+	defer span.End()
+	err := a.pub.Publish(ctx, msg)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return classifyPublish(err)
+}
+
+// message builds the AMQP message of a row and starts its producer span,
+// a child of the trace stored with the row, whose context travels in the
+// headers: the consumer's span becomes its child, so one trace runs command
+// → outbox → publish → consumer. With no tracer provider set the span
+// records nothing and the headers carry the row's own trace context. The
+// caller ends the span.
+func (a *Activities) message(ctx context.Context, id string, ev row) (broker.Message, trace.Span) {
 	headers := amqp.Table{
 		HeaderAggregateType:    ev.aggType,
 		HeaderAggregateID:      ev.aggID,
 		HeaderAggregateVersion: ev.version,
 		HeaderSchemaVersion:    int64(ev.schemaVersion),
 	}
-	// A producer span, child of the trace stored with the row, whose
-	// context travels in the headers: the consumer's span becomes its
-	// child, so one trace runs command → outbox → publish → consumer. With
-	// no tracer provider set the span records nothing and the headers carry
-	// the row's own trace context.
 	key := a.routingKey(ev.aggType, ev.eventType)
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{HeaderTraceParent: ev.traceParent, HeaderTraceState: ev.traceState})
 	ctx, span := a.tracer.Start(ctx, "ferry.publish "+key,
@@ -239,23 +251,23 @@ func (a *Activities) send(ctx context.Context, id string, ev row) error {
 			attribute.String("ferry.aggregate", ev.aggType+"/"+ev.aggID),
 			attribute.Int64("ferry.aggregate_version", ev.version),
 		))
-	defer span.End()
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	for k, v := range carrier {
 		headers[k] = v
 	}
-	err := a.pub.Publish(ctx, broker.Message{
+	return broker.Message{
 		ID:         id,
 		Type:       ev.eventType,
 		RoutingKey: key,
 		Headers:    headers,
 		Body:       ev.payload,
 		Timestamp:  ev.createdAt,
-	})
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
+	}, span
+}
+
+// classifyPublish turns a broker error into the activity's error type.
+func classifyPublish(err error) error {
 	switch {
 	case err == nil:
 		return nil

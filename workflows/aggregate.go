@@ -45,6 +45,18 @@ var cursorOptions = workflow.LocalActivityOptions{
 	RetryPolicy:         retryWithoutLimit,
 }
 
+// fastPathOptions: one attempt. A failed batch falls back to PublishEvent
+// for its first event, whose attempts the policy bounds and the UI shows.
+var fastPathOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: publishAttemptTimeout,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+}
+
+// BatchChangeID is the workflow.GetVersion change id behind which the
+// aggregate workflow publishes on the fast path (PublishBatchActivity);
+// histories recorded before it replay one PublishEvent per event.
+const BatchChangeID = "ferry-publish-batch"
+
 var bookkeepingOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
 	RetryPolicy:         retryWithoutLimit,
@@ -131,6 +143,13 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 		}
 
 		for ev, ok := st.next(); ok; ev, ok = st.next() {
+			if st.publishBatch(ctx) > 0 {
+				st.drain(signals)
+				if historyFull(ctx, maxHistory) {
+					break
+				}
+				continue
+			}
 			if err := st.publish(ctx, ev); err != nil {
 				if temporal.IsCanceledError(err) {
 					return err
@@ -221,6 +240,8 @@ type aggregateState struct {
 	rejected  []string
 
 	effects EffectCounts // effect workflow starts (effects.go)
+
+	batching *bool // the fast path's GetVersion, taken once per run
 }
 
 const keepRepairs = 100
@@ -248,6 +269,67 @@ func (s *aggregateState) publish(ctx workflow.Context, ev EventRef) error {
 		s.startEffects(ctx, ev, res.Effects)
 	}
 	return err
+}
+
+// publishBatch publishes the run of consecutive pending events after the
+// delivered one, up to the batch size, in one local activity: one marker in
+// history for the whole run instead of an activity's three events (and a
+// workflow task) per event. It returns how many events it published; 0
+// means the caller publishes the next event on the regular path, where
+// retries, timeouts and the last failure are visible in the Temporal UI.
+func (s *aggregateState) publishBatch(ctx workflow.Context) int {
+	size := cmp.Or(s.in.PublishBatchSize, DefaultPublishBatchSize)
+	if size < 0 || !s.fastPath(ctx) {
+		return 0
+	}
+	run := s.run(size)
+	if len(run) == 0 {
+		return 0
+	}
+	s.publishing = run[0].Version
+	defer func() { s.publishing = 0 }()
+	var res PublishBatchResult
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, fastPathOptions), PublishBatchActivity,
+		PublishBatchInput{AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Events: run}).Get(ctx, &res)
+	if err != nil {
+		workflow.GetLogger(ctx).Info("fast path failed; publishing the event on the regular path, with retries",
+			"version", run[0].Version, "error", err)
+		return 0
+	}
+	n := min(res.Published, len(run))
+	if res.Stopped != "" {
+		workflow.GetLogger(ctx).Info("fast path stopped early", "published", n, "of", len(run), "reason", res.Stopped)
+	}
+	effects := map[int64][]EffectStart{}
+	for _, e := range res.Effects {
+		effects[e.Version] = e.Effects
+	}
+	for range n {
+		ev := s.pending[0]
+		s.done(ev)
+		s.startEffects(ctx, ev, effects[ev.Version])
+	}
+	return n
+}
+
+// fastPath says whether this run publishes in batches: always, except when
+// replaying a history recorded before batches existed.
+func (s *aggregateState) fastPath(ctx workflow.Context) bool {
+	if s.batching == nil {
+		on := workflow.GetVersion(ctx, BatchChangeID, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+		s.batching = &on
+	}
+	return *s.batching
+}
+
+// run is the longest prefix of pending, at most size events, whose
+// versions follow the delivered one without a gap.
+func (s *aggregateState) run(size int) []EventRef {
+	n := 0
+	for n < len(s.pending) && n < size && s.pending[n].Version == s.delivered+1+int64(n) {
+		n++
+	}
+	return slices.Clone(s.pending[:n])
 }
 
 // quarantine records that ev could not be published: in PostgreSQL (status,

@@ -30,12 +30,43 @@ type fakeActivities struct {
 	attempts    []int64       // every publish attempt, in order
 	published   []workflows.PublishInput
 	cursorCalls []workflows.CursorInput
+	batches     [][]int64 // versions of each fast-path call, as asked
+	regular     []int64   // versions of each regular-path attempt
+}
+
+// PublishBatch publishes the leading events that would not fail, like
+// activities.PublishBatch; an injected failure stops the batch without
+// being used up (the fast path's attempt is not one the policy counts), and
+// the workflow then takes the regular path, where Publish uses it up.
+func (f *fakeActivities) PublishBatch(_ context.Context, in workflows.PublishBatchInput) (workflows.PublishBatchResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var asked []int64
+	for _, ev := range in.Events {
+		asked = append(asked, ev.Version)
+	}
+	f.batches = append(f.batches, asked)
+	var res workflows.PublishBatchResult
+	for _, ev := range in.Events {
+		if f.failures[ev.Version] > 0 {
+			res.Stopped = fmt.Sprintf("version %d fails (fake)", ev.Version)
+			break
+		}
+		f.attempts = append(f.attempts, ev.Version)
+		f.published = append(f.published, workflows.PublishInput{EventID: ev.ID, AggregateType: in.AggregateType, AggregateID: in.AggregateID, Version: ev.Version})
+		res.Published++
+	}
+	if res.Published == 0 {
+		return res, errors.New(res.Stopped)
+	}
+	return res, nil
 }
 
 func (f *fakeActivities) Publish(_ context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attempts = append(f.attempts, in.Version)
+	f.regular = append(f.regular, in.Version)
 	if f.failures[in.Version] > 0 {
 		f.failures[in.Version]--
 		return workflows.PublishResult{}, fmt.Errorf("broker unavailable (fake), version %d", in.Version)
@@ -78,6 +109,7 @@ func setup(t *testing.T, delivered int64) *bundle {
 	env.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
 	env.RegisterActivityWithOptions(f.Publish, activity.RegisterOptions{Name: workflows.PublishEventActivity})
 	env.RegisterActivityWithOptions(f.LoadCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	env.RegisterActivityWithOptions(f.PublishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
 	return &bundle{env: env, fakes: f}
 }
 
@@ -306,6 +338,19 @@ func (b *bundle) modelHistory() {
 			b.env.SetCurrentHistoryLength(length)
 		}
 	})
+	// A fast-path batch is one marker, but it may share a workflow task
+	// with nothing else: count it like a regular publish, the worse case.
+	// (The test environment names local activities after their Go
+	// function, so the fake's own count tells batches from the cursor.)
+	seen := 0
+	b.env.SetOnLocalActivityCompletedListener(func(*activity.Info, converter.EncodedValue, error) {
+		b.fakes.mu.Lock()
+		n := len(b.fakes.batches)
+		b.fakes.mu.Unlock()
+		length += historyPerPublish * (n - seen)
+		seen = n
+		b.env.SetCurrentHistoryLength(length)
+	})
 }
 
 // publishesPerRun is how many events a run publishes before its modelled
@@ -332,6 +377,7 @@ func TestContinuesAsNewWithState(t *testing.T) {
 	b.modelHistory()
 	in := input(time.Minute)
 	in.MaxHistoryEvents = 30
+	in.PublishBatchSize = -1 // the model counts regular publishes
 	k := int64(publishesPerRun(in.MaxHistoryEvents))
 	require.Less(t, k, int64(10), "the budget must run out before the backlog does")
 	b.signalAt(time.Second, 12, 3, 1, 2, 4, 5, 6, 7, 8, 9, 10, 13, 3, 14)
@@ -348,6 +394,7 @@ func TestContinuesAsNewWithState(t *testing.T) {
 		Pending:          evs(append(versions(k+1, 10), 12, 13, 14)...),
 		IdleTimeout:      time.Minute,
 		MaxHistoryEvents: 30,
+		PublishBatchSize: -1,
 	}, next)
 
 	// The next run starts from that input: it must not reload the cursor
@@ -385,6 +432,7 @@ func TestContinueAsNewChainPublishesEachOnce(t *testing.T) {
 	const total = 60
 	in := input(time.Minute)
 	in.MaxHistoryEvents = 30
+	in.PublishBatchSize = -1 // the model counts regular publishes
 	perRun := publishesPerRun(in.MaxHistoryEvents)
 	var published []int64
 	sent := int64(0)
@@ -419,4 +467,88 @@ func TestContinueAsNewChainPublishesEachOnce(t *testing.T) {
 	}
 	require.Equal(t, versions(1, total), published)
 	require.Greater(t, runs, total/perRun-1)
+}
+
+// The fast path: consecutive events go out in batches of PublishBatchSize,
+// one local activity each, and nothing takes the regular path.
+func TestFastPathPublishesInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	in := input(time.Minute)
+	in.PublishBatchSize = 4
+	b.signalAt(time.Second, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+	b.run(in)
+	b.requireCompleted(t)
+	require.Equal(t, versions(1, 10), b.fakes.publishedVersions())
+	require.Equal(t, [][]int64{{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10}}, b.fakes.batches)
+	require.Empty(t, b.fakes.regular)
+}
+
+// A batch stops before a gap and takes the rest once the gap closes.
+func TestFastPathStopsAtGap(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.signalAt(time.Second, 1, 2, 4, 5)
+	b.signalAt(time.Minute/2, 3)
+	b.run(input(time.Minute))
+	b.requireCompleted(t)
+	require.Equal(t, versions(1, 5), b.fakes.publishedVersions())
+	require.Equal(t, [][]int64{{1, 2}, {3, 4, 5}}, b.fakes.batches)
+	require.Empty(t, b.fakes.regular)
+}
+
+// An event the fast path cannot publish goes to the regular path, whose
+// attempts the policy counts and the UI shows; the batches resume after it.
+func TestFastPathFallsBackToRegularPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.fakes.failures[4] = 2
+	b.signalAt(time.Second, 1, 2, 3, 4, 5, 6)
+	b.run(input(time.Minute))
+	b.requireCompleted(t)
+	require.Equal(t, versions(1, 6), b.fakes.publishedVersions())
+	require.Equal(t, [][]int64{{1, 2, 3, 4, 5, 6}, {4, 5, 6}, {5, 6}}, b.fakes.batches)
+	require.Equal(t, []int64{4, 4, 4}, b.fakes.regular, "two failed regular attempts and a good one")
+}
+
+// A negative batch size turns the fast path off.
+func TestFastPathOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	in := input(time.Minute)
+	in.PublishBatchSize = -1
+	b.signalAt(time.Second, 1, 2, 3)
+	b.run(in)
+	b.requireCompleted(t)
+	require.Empty(t, b.fakes.batches)
+	require.Equal(t, []int64{1, 2, 3}, b.fakes.regular)
+}
+
+// Continue-as-new on the fast path: every event once, in order, across runs.
+func TestFastPathContinueAsNewChain(t *testing.T) {
+	t.Parallel()
+	const total = 60
+	in := input(time.Minute)
+	in.MaxHistoryEvents = 30
+	in.PublishBatchSize = 3
+	var published []int64
+	b := setup(t, 0)
+	b.modelHistory()
+	b.signalAt(time.Second, versions(1, total)...)
+	runs := 1
+	for ; ; runs++ {
+		require.Less(t, runs, total, "too many runs")
+		b.run(in)
+		published = append(published, b.fakes.publishedVersions()...)
+		require.Empty(t, b.fakes.regular)
+		err := b.env.GetWorkflowError()
+		if err == nil {
+			break
+		}
+		in = decodeContinueAsNew(t, err)
+		b = setup(t, 0)
+		b.modelHistory()
+	}
+	require.Equal(t, versions(1, total), published)
+	require.Greater(t, runs, 2)
 }

@@ -17,6 +17,10 @@ const (
 	PublishEventActivity = "ferry.PublishEvent"
 	// LoadCursorActivity reads the aggregate's delivered version (a local activity).
 	LoadCursorActivity = "ferry.LoadAggregateCursor"
+	// PublishBatchActivity publishes consecutive events of one aggregate in
+	// one confirm window and marks them published: the fast path, run as a
+	// local activity (PublishBatchInput).
+	PublishBatchActivity = "ferry.PublishBatch"
 )
 
 // Defaults of AggregateInput's tunables.
@@ -26,6 +30,10 @@ const (
 	// DefaultMaxHistoryEvents: continue-as-new once history is this long,
 	// far below Temporal's 10,240-event warning.
 	DefaultMaxHistoryEvents = 4000
+	// DefaultPublishBatchSize: events per fast-path publish. A confirm
+	// window of 100 messages takes a few milliseconds; payloads are loaded
+	// for the whole batch at once, so this also bounds the activity's memory.
+	DefaultPublishBatchSize = 100
 )
 
 // WorkflowID is the aggregate workflow's ID: a pure function of the
@@ -62,6 +70,10 @@ type AggregateInput struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// MaxHistoryEvents; zero means DefaultMaxHistoryEvents.
 	MaxHistoryEvents int `json:"max_history_events,omitempty"`
+	// PublishBatchSize is the most events one fast-path publish takes;
+	// zero means DefaultPublishBatchSize, negative turns the fast path off
+	// (one regular activity per event).
+	PublishBatchSize int `json:"publish_batch_size,omitempty"`
 	// Policies by event type; "*" applies to types without an entry.
 	Policies map[string]EventPolicy `json:"policies,omitempty"`
 	// Blocked carries a quarantine across continue-as-new.
@@ -87,6 +99,32 @@ type PublishResult struct {
 	// Effects to start for the event, resolved by the worker's routes
 	// (also when AlreadyPublished: starting them again is a no-op).
 	Effects []EffectStart `json:"effects,omitempty"`
+}
+
+// PublishBatchInput is PublishBatchActivity's input: consecutive versions
+// of one aggregate, ascending, starting right after the delivered one.
+type PublishBatchInput struct {
+	AggregateType string     `json:"aggregate_type"`
+	AggregateID   string     `json:"aggregate_id"`
+	Events        []EventRef `json:"events"`
+}
+
+// PublishBatchResult is PublishBatchActivity's result.
+type PublishBatchResult struct {
+	// Published is how many leading events of the input are published and
+	// marked (including ones an earlier attempt had published).
+	Published int `json:"published"`
+	// Effects to start, for published events that have any.
+	Effects []EventEffects `json:"effects,omitempty"`
+	// Stopped says why the batch ended before its last event; the workflow
+	// publishes that event on the regular path, with retries.
+	Stopped string `json:"stopped,omitempty"`
+}
+
+// EventEffects are the effects to start for one published event.
+type EventEffects struct {
+	Version int64         `json:"version"`
+	Effects []EffectStart `json:"effects"`
 }
 
 // CursorInput is LoadCursorActivity's input.

@@ -86,6 +86,28 @@ func (f *repairFakes) Publish(_ context.Context, in workflows.PublishInput) (wor
 	return workflows.PublishResult{}, nil
 }
 
+// PublishBatch publishes the leading events that would not fail; an
+// injected failure stops the batch without being used up, so the regular
+// path's attempts are exactly the ones the policy counts.
+func (f *repairFakes) PublishBatch(_ context.Context, in workflows.PublishBatchInput) (workflows.PublishBatchResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var res workflows.PublishBatchResult
+	for _, ev := range in.Events {
+		if fl, ok := f.failing[ev.ID]; ok && fl.left != 0 {
+			res.Stopped = fmt.Sprintf("event %s fails (fake)", ev.ID)
+			break
+		}
+		f.attempts = append(f.attempts, attempt{eventID: ev.ID, at: f.now()})
+		f.published = append(f.published, ev.ID)
+		res.Published++
+	}
+	if res.Published == 0 {
+		return res, errors.New(res.Stopped)
+	}
+	return res, nil
+}
+
 func (f *repairFakes) LoadCursor(context.Context, workflows.CursorInput) (workflows.CursorResult, error) {
 	return workflows.CursorResult{}, nil
 }
@@ -239,6 +261,7 @@ func qsetup(t *testing.T) *qbundle {
 	env.RegisterWorkflowWithOptions(workflows.Replay, workflow.RegisterOptions{Name: workflows.ReplayWorkflowName})
 	env.RegisterActivityWithOptions(f.Publish, activity.RegisterOptions{Name: workflows.PublishEventActivity})
 	env.RegisterActivityWithOptions(f.LoadCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	env.RegisterActivityWithOptions(f.PublishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
 	env.RegisterActivityWithOptions(f.Quarantine, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	env.RegisterActivityWithOptions(f.Repair, activity.RegisterOptions{Name: workflows.RepairActivity})
 	env.RegisterActivityWithOptions(f.Replay, activity.RegisterOptions{Name: workflows.ReplayActivity})

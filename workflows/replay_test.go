@@ -35,9 +35,14 @@ const (
 	// blocked; a retry repair by update lets it through; 3 and 4 follow;
 	// idle completion.
 	quarantineHistoryFile = "testdata/quarantine_history.json"
+	// batchHistoryFile: the fast path. Events 1-5 in one signal, published
+	// by local activities (1-3 in one batch; evt-4's batch fails, its
+	// regular attempt fails once and the retry succeeds; 5 alone), then 7
+	// (a gap) and 6, published in one batch; idle completion.
+	batchHistoryFile = "testdata/batch_history.json"
 )
 
-var recordedHistories = []string{historyFile, quarantineHistoryFile}
+var recordedHistories = []string{historyFile, quarantineHistoryFile, batchHistoryFile}
 
 func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
@@ -182,6 +187,35 @@ func TestQuarantineHistoryContents(t *testing.T) {
 		"publish v3",
 		"publish v4",
 	}, steps)
+}
+
+// The fast-path recording: local-activity markers for the batches, one
+// regular activity (with a failed attempt and its retry) for evt-4, the
+// change marker that lets older histories replay the regular path.
+func TestBatchHistoryContents(t *testing.T) {
+	t.Parallel()
+	dc := converter.GetDefaultDataConverter()
+	var markers []string
+	var regular []int64
+	var attempts []int32
+	for _, ev := range loadHistory(t, batchHistoryFile) {
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			markers = append(markers, ev.GetMarkerRecordedEventAttributes().GetMarkerName())
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			attrs := ev.GetActivityTaskScheduledEventAttributes()
+			require.Equal(t, workflows.PublishEventActivity, attrs.GetActivityType().GetName())
+			var in workflows.PublishInput
+			require.NoError(t, dc.FromPayloads(attrs.GetInput(), &in))
+			regular = append(regular, in.Version)
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			attempts = append(attempts, ev.GetActivityTaskStartedEventAttributes().GetAttempt())
+		}
+	}
+	// cursor, change version, batch 1-3, failed batch at 4, batch 5, batch 6-7
+	require.Equal(t, []string{"LocalActivity", "Version", "LocalActivity", "LocalActivity", "LocalActivity", "LocalActivity"}, markers)
+	require.Equal(t, []int64{4}, regular)
+	require.Equal(t, []int32{2}, attempts, "the started event records the attempt that succeeded")
 }
 
 // The replays above prove something only if a changed workflow fails them.

@@ -14,6 +14,10 @@
 //
 //   - aggregate (the default): events signalled out of order and with a
 //     duplicate, published in order.
+//   - batch: the fast path (one local activity per run of events): events
+//     1-5 in one signal, evt-4 fails its first regular attempt so the batch
+//     stops before it and the regular path retries it, then 7 (a gap) and
+//     6, published together.
 //   - quarantine: an event's publish keeps failing with a retryable
 //     "Unroutable" error under a policy of two attempts, so it is
 //     quarantined; an event signalled meanwhile waits; a repair update
@@ -62,15 +66,16 @@ type scenario func(ctx context.Context, c client.Client, taskQueue string, acts 
 var scenarios = map[string]scenario{
 	"aggregate":  recordAggregate,
 	"quarantine": recordQuarantine,
+	"batch":      recordBatch,
 }
 
 func run() error {
-	name := flag.String("scenario", "aggregate", "what to record: aggregate or quarantine")
+	name := flag.String("scenario", "aggregate", "what to record: aggregate, quarantine or batch")
 	out := flag.String("out", "", "file to write the history to (default workflows/testdata/<scenario>_history.json)")
 	flag.Parse()
 	record, ok := scenarios[*name]
 	if !ok {
-		return fmt.Errorf("-scenario %q: want aggregate or quarantine", *name)
+		return fmt.Errorf("-scenario %q: want aggregate, quarantine or batch", *name)
 	}
 	path := cmp.Or(*out, filepath.Join("workflows", "testdata", *name+"_history.json"))
 
@@ -99,11 +104,12 @@ func run() error {
 	defer c.Close()
 
 	const taskQueue = "ferry-recordhistory"
-	acts := &standIns{poisoned: map[string]bool{}}
+	acts := &standIns{poisoned: map[string]bool{}, flaky: map[string]int{}}
 	w := worker.New(c, taskQueue, worker.Options{Identity: "recordhistory"})
 	w.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
 	w.RegisterActivityWithOptions(acts.publish, activity.RegisterOptions{Name: workflows.PublishEventActivity})
 	w.RegisterActivityWithOptions(loadCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	w.RegisterActivityWithOptions(acts.publishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
 	w.RegisterActivityWithOptions(quarantine, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	w.RegisterActivityWithOptions(repair, activity.RegisterOptions{Name: workflows.RepairActivity})
 	if err := w.Start(); err != nil {
@@ -181,6 +187,61 @@ func recordAggregate(ctx context.Context, c client.Client, taskQueue string, _ *
 		return "", "", fmt.Errorf("workflow %s: %w", id, err)
 	}
 	return id, we.GetRunID(), nil
+}
+
+// recordBatch: the fast path. Events 1-5 in one signal: 1-3 go out in one
+// batch, evt-4's batch fails and its regular attempt fails once, then 5
+// goes alone; 7 arrives (a gap), then 6, and both go out in one batch; idle
+// completion.
+func recordBatch(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (string, string, error) {
+	id := workflows.WorkflowID("order", "o-1")
+	acts.mu.Lock()
+	acts.flaky["evt-4"] = 1
+	acts.mu.Unlock()
+	we, err := c.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(1), ref(2), ref(3), ref(4), ref(5)}},
+		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
+		workflows.AggregateWorkflowName,
+		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: 3 * time.Second})
+	if err != nil {
+		return "", "", fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	if err := waitDelivered(ctx, c, id, we.GetRunID(), 5); err != nil {
+		return "", "", err
+	}
+	for _, v := range []int64{7, 6} {
+		if err := signal(ctx, c, id, we.GetRunID(), v); err != nil {
+			return "", "", err
+		}
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", id, err)
+	}
+	return id, we.GetRunID(), nil
+}
+
+// waitDelivered polls the workflow's state until it delivered version v.
+func waitDelivered(ctx context.Context, c client.Client, id, runID string, v int64) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := c.QueryWorkflow(ctx, id, runID, workflows.StateQuery)
+		if err != nil {
+			return fmt.Errorf("query %s: %w", id, err)
+		}
+		var st workflows.State
+		if err := resp.Get(&st); err != nil {
+			return fmt.Errorf("decode state of %s: %w", id, err)
+		}
+		if st.Delivered >= v {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("workflow did not deliver v%d in time", v)
+		case <-tick.C:
+		}
+	}
 }
 
 // recordedRepairID is the request id of the quarantine scenario's repair.
@@ -272,6 +333,7 @@ func waitBlocked(ctx context.Context, c client.Client, id, runID string) (*workf
 type standIns struct {
 	mu       sync.Mutex
 	poisoned map[string]bool // event ids whose publish fails with a retryable "Unroutable"
+	flaky    map[string]int  // event ids whose next regular attempts fail, and how many
 }
 
 func (s *standIns) poison(eventID string) {
@@ -290,11 +352,35 @@ func (s *standIns) heal(eventID string) {
 func (s *standIns) publish(_ context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.flaky[in.EventID] > 0 {
+		s.flaky[in.EventID]--
+		return workflows.PublishResult{}, temporal.NewApplicationError(
+			fmt.Sprintf("broker hiccup publishing %s (stand-in)", in.EventID), "BrokerUnavailable")
+	}
 	if s.poisoned[in.EventID] {
 		return workflows.PublishResult{}, temporal.NewApplicationError(
 			fmt.Sprintf("no binding routes event %s (stand-in)", in.EventID), "Unroutable")
 	}
 	return workflows.PublishResult{}, nil
+}
+
+// publishBatch stands in for activities.PublishBatch: the leading events
+// that are neither poisoned nor flaky.
+func (s *standIns) publishBatch(_ context.Context, in workflows.PublishBatchInput) (workflows.PublishBatchResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var res workflows.PublishBatchResult
+	for _, ev := range in.Events {
+		if s.poisoned[ev.ID] || s.flaky[ev.ID] > 0 {
+			res.Stopped = fmt.Sprintf("event %s did not publish (stand-in)", ev.ID)
+			break
+		}
+		res.Published++
+	}
+	if res.Published == 0 {
+		return res, temporal.NewApplicationError(res.Stopped, "BrokerUnavailable")
+	}
+	return res, nil
 }
 
 // loadCursor stands in for activities.LoadAggregateCursor: nothing delivered yet.

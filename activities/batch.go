@@ -1,0 +1,153 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+const sqlLoadEvents = `
+SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
+       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status
+FROM outbox_events WHERE id = ANY($1::uuid[])`
+
+// sqlMarkBatchPublished marks a confirmed prefix of a batch in one
+// statement and advances delivered_version to its highest version, as
+// sqlMarkPublished does for one event.
+const sqlMarkBatchPublished = `
+WITH ev AS (
+    UPDATE outbox_events
+    SET status = 'published', published_at = now(), last_error = NULL
+    WHERE id = ANY($1::uuid[])
+    RETURNING aggregate_version
+)
+UPDATE outbox_aggregates a
+SET delivered_version = GREATEST(a.delivered_version, (SELECT max(aggregate_version) FROM ev)), updated_at = now()
+WHERE a.aggregate_type = $2 AND a.aggregate_id = $3 AND EXISTS (SELECT 1 FROM ev)`
+
+// PublishBatch is the fast path of the aggregate workflow: it loads the
+// rows of consecutive events in one query, publishes them in one confirm
+// window and marks the confirmed ones in one statement. It publishes the
+// longest prefix it can and says where it stopped; it fails only when not
+// even the first event could be published, and then the workflow publishes
+// that event with PublishEvent, whose retries the Temporal UI shows.
+func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) (workflows.PublishBatchResult, error) {
+	var res workflows.PublishBatchResult
+	if len(in.Events) == 0 {
+		return res, nil
+	}
+	rows, err := a.loadBatch(ctx, in.Events)
+	if err != nil {
+		return res, err
+	}
+
+	// upto: the events that can be tried, ending before the first whose row
+	// is missing or disagrees with the signal (PublishEvent classifies it).
+	upto := len(in.Events)
+	var (
+		msgs   []broker.Message
+		spans  []trace.Span
+		at     []int // index in in.Events of each message
+		events []row
+	)
+	for i, ref := range in.Events {
+		ev, ok := rows[ref.ID]
+		if !ok || ev.aggType != in.AggregateType || ev.aggID != in.AggregateID || ev.version != ref.Version {
+			upto = i
+			res.Stopped = fmt.Sprintf("event %s (v%d) is missing from outbox_events or does not match the signal", ref.ID, ref.Version)
+			break
+		}
+		if ev.status == "published" {
+			continue
+		}
+		m, span := a.message(ctx, ref.ID, ev)
+		msgs, spans, at, events = append(msgs, m), append(spans, span), append(at, i), append(events, ev)
+	}
+
+	n, pubErr := a.pub.PublishBatch(ctx, msgs)
+	for i, span := range spans {
+		if i >= n && pubErr != nil {
+			span.SetStatus(codes.Error, pubErr.Error())
+		}
+		span.End()
+	}
+	done := upto
+	if n < len(msgs) {
+		done = at[n]
+		pubErr = classifyPublish(pubErr)
+		a.noteError(ctx, msgs[n].ID, pubErr)
+		var appErr *temporal.ApplicationError
+		if errors.As(pubErr, &appErr) {
+			a.metrics.Relay().PublishFailed(appErr.Type())
+		}
+		res.Stopped = pubErr.Error()
+	}
+	if n > 0 {
+		failpoint.Inject("worker.after-confirm")
+		ids := make([]string, n)
+		for i := range n {
+			ids[i] = msgs[i].ID
+		}
+		if _, err := a.pool.Exec(ctx, sqlMarkBatchPublished, ids, in.AggregateType, in.AggregateID); err != nil {
+			a.metrics.Relay().PublishFailed("MarkPublished")
+			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", n, in.AggregateType, in.AggregateID, err)
+		}
+		for _, ev := range events[:n] {
+			a.metrics.Relay().Published(ev.aggType, ev.createdAt)
+		}
+	}
+	if done == 0 {
+		if pubErr != nil {
+			return res, pubErr
+		}
+		return res, temporal.NewNonRetryableApplicationError(res.Stopped, ErrTypeMismatch, nil)
+	}
+
+	res.Published = done
+	for _, ref := range in.Events[:done] {
+		ev := rows[ref.ID]
+		if effects := a.effects(ev.aggType, ev.eventType); len(effects) > 0 {
+			res.Effects = append(res.Effects, workflows.EventEffects{Version: ref.Version, Effects: effects})
+		}
+	}
+	activity.GetLogger(ctx).Debug("published batch", "aggregate", in.AggregateType+"/"+in.AggregateID,
+		"events", len(in.Events), "published", done, "sent", n)
+	return res, nil
+}
+
+// loadBatch reads the rows of events by id.
+func (a *Activities) loadBatch(ctx context.Context, events []workflows.EventRef) (map[string]row, error) {
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	rs, err := a.pool.Query(ctx, sqlLoadEvents, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load %d events: %w", len(ids), err)
+	}
+	out := make(map[string]row, len(ids))
+	var (
+		id string
+		ev row
+	)
+	_, err = pgx.ForEachRow(rs, []any{&id, &ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
+		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status}, func() error {
+		out[id] = ev
+		ev.payload = nil // the next row scans into a fresh slice
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load %d events: %w", len(ids), err)
+	}
+	return out, nil
+}
