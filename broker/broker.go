@@ -72,6 +72,31 @@ type session struct {
 	// returned holds basic.returns read off returns but not yet claimed by
 	// their publisher, by message id.
 	returned map[string]amqp.Return
+	// routed: routing keys a message was confirmed routed with, and when.
+	// A batch sends messages with such a key without waiting in between.
+	routed map[string]time.Time
+}
+
+// routedFor is how long a confirmed route is trusted without a fresh
+// confirm. It bounds the window in which an unbinding can let a later
+// message of a batch overtake an earlier one.
+const routedFor = 5 * time.Second
+
+func (s *session) routes(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.routed[key]
+	return ok && time.Since(at) < routedFor
+}
+
+func (s *session) noteRoute(key string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok {
+		s.routed[key] = time.Now()
+	} else {
+		delete(s.routed, key)
+	}
 }
 
 var exchangeName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
@@ -109,17 +134,20 @@ func (p *Publisher) Publish(ctx context.Context, msg Message) error {
 	return err
 }
 
-// PublishBatch sends msgs in order on one channel without waiting in
-// between, then waits for their confirms: the whole batch is one confirm
-// window, so n messages cost about one round trip, not n. It returns how
-// many leading messages were confirmed; err says why the next one was not
-// (the same errors as Publish).
+// PublishBatch sends msgs in order on one channel and waits for their
+// confirms, without waiting in between where that cannot reorder them: n
+// messages cost about one round trip, not n. It returns how many leading
+// messages were confirmed; err says why the next one was not (the same
+// errors as Publish), and nothing after a failed message is sent.
 //
-// Messages after a failed one may have been queued as well: a broker that
-// nacks message k (an internal error, a full reject-publish queue) may still
-// take k+1. Their senders publish them again, so consumers can then see k+1
-// before k; the aggregate version header tells them the order. A broken
-// connection does not reorder: what follows the break was not sent.
+// A message whose routing key has not been confirmed routed lately waits
+// for its own confirm before the next is sent: if it comes back unroutable
+// (no queue bound yet), a later message with another key must not reach a
+// queue before it. Known keys are pipelined. Two cases can still let a
+// later message be queued before an earlier one's retry: a queue unbound
+// within the last routedFor, and a broker that nacks one message but takes
+// the next (an internal error, a reject-publish queue that just got room).
+// Consumers see the aggregate version in the headers.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -129,8 +157,22 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) (int, erro
 		return 0, err
 	}
 	pending := make([]*amqp.DeferredConfirmation, 0, len(msgs))
+	waited := 0 // confirms taken: pending[:waited]
+	// wait takes the confirms of pending[waited:upto]; on a failure it
+	// stops there, at the failed message, and returns its error.
+	wait := func(upto int) error {
+		for ; waited < upto; waited++ {
+			err := p.confirm(ctx, sess, msgs[waited], pending[waited])
+			sess.noteRoute(msgs[waited].RoutingKey, err == nil)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var sendErr error
 	for _, msg := range msgs {
+		barrier := !sess.routes(msg.RoutingKey)
 		dc, err := sess.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, msg.RoutingKey, true, false, amqp.Publishing{
 			Headers:      msg.Headers,
 			ContentType:  "application/json",
@@ -146,19 +188,22 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) (int, erro
 			break
 		}
 		pending = append(pending, dc)
-	}
-	// Wait for every confirm, also after a failure, so the returns of the
-	// later messages are taken off the session and none is left behind.
-	confirmed, firstErr := len(pending), sendErr
-	for i, dc := range pending {
-		if err := p.confirm(ctx, sess, msgs[i], dc); err != nil && i < confirmed {
-			confirmed, firstErr = i, err
-			if ctx.Err() != nil {
-				break
+		if barrier {
+			if err := wait(len(pending)); err != nil {
+				return waited, err // the barrier itself failed; nothing after it was sent
 			}
 		}
 	}
-	return confirmed, firstErr
+	if err := wait(len(pending)); err != nil {
+		failed := waited
+		// Take the later confirms too, so their returns never leak into
+		// another publish.
+		for i := failed + 1; i < len(pending) && ctx.Err() == nil; i++ {
+			_ = p.confirm(ctx, sess, msgs[i], pending[i])
+		}
+		return failed, err
+	}
+	return waited, sendErr
 }
 
 // confirm waits for the confirm of msg and classifies its outcome.
@@ -270,6 +315,7 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 		// one per in-flight publish is waiting here.
 		returns:  ch.NotifyReturn(make(chan amqp.Return, 4096)),
 		returned: map[string]amqp.Return{},
+		routed:   map[string]time.Time{},
 	}
 	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		conn.Close()

@@ -459,8 +459,8 @@ func TestPublishBatchInOrder(t *testing.T) {
 }
 
 // A failure in the middle of a batch: the count says how many leading
-// messages were confirmed, the error names the failing one, and the later
-// ones' returns do not leak into the next publish.
+// messages were confirmed, the error names the failing one, and nothing
+// after it reaches a queue, so no later message overtakes it.
 func TestPublishBatchStopsAtFirstFailure(t *testing.T) {
 	t.Parallel()
 	admin := adminChannel(t)
@@ -470,25 +470,42 @@ func TestPublishBatchStopsAtFirstFailure(t *testing.T) {
 	require.NoError(t, p.Connect(ctx)) // declares the exchange
 	q := boundQueue(t, admin, exchange, "somebody.listens", nil)
 
-	first, bad, later, unroutableLater := testenv.Name("a"), testenv.Name("b"), testenv.Name("c"), testenv.Name("d")
+	// Warm up the route, so the batch below pipelines this key.
+	require.NoError(t, p.Publish(ctx, msg(testenv.Name("warm"), "somebody.listens")))
+	_, ok, err := admin.Get(q, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	first, second, bad, later := testenv.Name("a"), testenv.Name("b"), testenv.Name("c"), testenv.Name("d")
 	n, err := p.PublishBatch(ctx, []broker.Message{
 		msg(first, "somebody.listens"),
+		msg(second, "somebody.listens"),
 		msg(bad, "nobody.listens"),
 		msg(later, "somebody.listens"),
-		msg(unroutableLater, "nobody.listens"),
 	})
-	require.Equal(t, 1, n)
+	require.Equal(t, 2, n)
 	require.ErrorIs(t, err, broker.ErrUnroutable)
 	require.ErrorContains(t, err, `"nobody.listens"`)
 
-	// Routable messages after the failure were taken by the broker.
-	for _, want := range []string{first, later} {
+	for _, want := range []string{first, second} {
 		d, ok, err := admin.Get(q, true)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, want, d.MessageId)
 	}
-	// The return of the last message was consumed with its confirm: a new
-	// publish under the same id is judged on its own outcome.
-	require.NoError(t, p.Publish(ctx, msg(unroutableLater, "somebody.listens")))
+	_, ok, err = admin.Get(q, true)
+	require.NoError(t, err)
+	require.False(t, ok, "a message after the unroutable one reached the queue before it")
+
+	// Once a queue is bound, the retry goes out in order.
+	q2 := boundQueue(t, admin, exchange, "nobody.listens", nil)
+	n, err = p.PublishBatch(ctx, []broker.Message{msg(bad, "nobody.listens"), msg(later, "somebody.listens")})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for queue, want := range map[string]string{q: later, q2: bad} {
+		d, ok, err := admin.Get(queue, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, want, d.MessageId)
+	}
 }
