@@ -74,6 +74,7 @@ type ferryOpts struct {
 	schedules   *worker.Schedules // the worker keeps these in place
 	tracer      trace.TracerProvider
 	metrics     *metrics.Metrics
+	maint       *metrics.Maintenance
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -92,7 +93,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics, Temporal: tclient, TracerProvider: o.tracer})
+	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics, MaintenanceMetrics: o.maint, Temporal: tclient, TracerProvider: o.tracer})
 	require.NoError(t, err)
 	if !o.noWorker {
 		w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules})

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -134,4 +136,91 @@ func TestReconcilerRedispatchesRowsOfALostWorkflow(t *testing.T) {
 	runWorkflow(t, e, "reconcile2-"+e.taskQueue, workflows.ReconcileWorkflowName,
 		workflows.ReconcileInput{OlderThan: time.Millisecond}, &none)
 	require.Zero(t, none.Redispatched)
+}
+
+// The drift check compares a sample of aggregates' rows with their running
+// workflows and reports each kind of disagreement once, with the aggregate,
+// what differs and what to do; a healthy aggregate is not reported.
+func TestDriftCheckReportsEachKind(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	mm, err := metrics.NewMaintenance(reg)
+	require.NoError(t, err)
+	e.startFerry(t, ferryOpts{idleTimeout: 3 * time.Minute, maint: mm})
+	ctx := context.Background()
+
+	// agg-0 healthy, agg-1 table moved back, agg-2 table moved forward,
+	// agg-3 workflow terminated with a dispatched row, agg-4 a dispatched
+	// row its running workflow never heard of.
+	e.commitN(t, 10, 5)
+	waitFor(t, time.Minute, "every event published", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published'`) == 10
+	})
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := e.db.Pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`UPDATE outbox_aggregates SET delivered_version = 0 WHERE aggregate_id = $1`, aggID(1))
+	exec(`UPDATE outbox_aggregates SET last_version = 5, delivered_version = 5 WHERE aggregate_id = $1`, aggID(2))
+	dispatchedUnseen := func(agg string) {
+		exec(`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, dispatched_at)
+			VALUES ($1, $2, 'changed', '{}', 'dispatched', now() - interval '5 minutes')`, e.aggType, agg)
+	}
+	require.NoError(t, tclient.TerminateWorkflow(ctx, workflows.WorkflowID(e.aggType, aggID(3)), "", "drift test"))
+	dispatchedUnseen(aggID(3))
+	dispatchedUnseen(aggID(4))
+
+	var res workflows.ReconcileResult
+	runWorkflow(t, e, "reconcile-drift-"+e.taskQueue, workflows.ReconcileWorkflowName,
+		workflows.ReconcileInput{OlderThan: time.Hour, DriftGrace: time.Minute, DriftSettle: 200 * time.Millisecond}, &res)
+	require.Zero(t, res.Redispatched, "nothing is an hour old")
+	require.NotNil(t, res.Drift)
+	require.Equal(t, 5, res.Drift.Sampled)
+	require.Zero(t, res.Drift.Unchecked)
+
+	got := map[string]string{}
+	for _, d := range res.Drift.Drifted {
+		require.NotContains(t, got, d.WorkflowID, "one kind per aggregate here: %+v", res.Drift.Drifted)
+		got[d.WorkflowID] = d.Kind
+		t.Logf("%s %s: %s; %s", d.WorkflowID, d.Kind, d.Differs, d.Action)
+	}
+	wf := func(i int) string { return workflows.WorkflowID(e.aggType, aggID(i)) }
+	require.Equal(t, map[string]string{
+		wf(1): workflows.DriftWorkflowAhead,
+		wf(2): workflows.DriftWorkflowBehind,
+		wf(3): workflows.DriftWorkflowGone,
+		wf(4): workflows.DriftSignalLost,
+	}, got)
+	for _, d := range res.Drift.Drifted {
+		switch d.Kind {
+		case workflows.DriftWorkflowAhead:
+			require.Contains(t, d.Differs, "has delivered 2, outbox_aggregates.delivered_version says 0")
+		case workflows.DriftWorkflowBehind:
+			require.Contains(t, d.Differs, "delivered_version is 5, the running workflow has delivered 2")
+			require.Contains(t, d.Action, "temporal workflow terminate -w "+wf(2))
+		case workflows.DriftWorkflowGone:
+			require.Contains(t, d.Differs, "rows v3 are dispatched but the workflow is Terminated")
+			require.Contains(t, d.Action, "the reconciler re-dispatches")
+		case workflows.DriftSignalLost:
+			require.Contains(t, d.Differs, "rows v3 are dispatched but the running workflow does not hold them")
+		}
+	}
+	require.Equal(t, 5.0, sample(t, reg, "ferry_drift_sampled_total", nil))
+	require.Zero(t, sample(t, reg, "ferry_drift_unchecked_total", nil))
+	for _, kind := range []string{workflows.DriftWorkflowAhead, workflows.DriftWorkflowBehind, workflows.DriftWorkflowGone, workflows.DriftSignalLost} {
+		require.Equal(t, 1.0, sample(t, reg, "ferry_drift_found_total", map[string]string{"kind": kind}), kind)
+	}
+
+	// The reconciler repairs the orphaned row once it is old enough; the
+	// check then no longer reports that aggregate.
+	var again workflows.ReconcileResult
+	runWorkflow(t, e, "reconcile-drift2-"+e.taskQueue, workflows.ReconcileWorkflowName,
+		workflows.ReconcileInput{OlderThan: time.Minute, DriftGrace: time.Minute, DriftSettle: 200 * time.Millisecond}, &again)
+	require.Equal(t, []string{wf(3)}, again.Aggregates)
+	require.NotNil(t, again.Drift)
+	for _, d := range again.Drift.Drifted {
+		require.NotEqual(t, wf(3), d.WorkflowID, "repaired: %+v", d)
+	}
 }

@@ -6,11 +6,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Maintenance are the counters of the retention and reconcile runs. A nil
-// *Maintenance counts nothing.
+// Maintenance are the counters of the retention and reconcile runs and of
+// the drift check. A nil *Maintenance counts nothing.
 type Maintenance struct {
 	retention  *prometheus.CounterVec
 	reconciled prometheus.Counter
+
+	driftSampled   prometheus.Counter
+	driftUnchecked prometheus.Counter
+	driftFound     *prometheus.CounterVec
 }
 
 // NewMaintenance creates the maintenance counters and registers them on reg.
@@ -24,8 +28,20 @@ func NewMaintenance(reg prometheus.Registerer) (*Maintenance, error) {
 			Name: "ferry_reconciled_rows_total",
 			Help: "Dispatched rows set back to pending because their aggregate workflow was not running.",
 		}),
+		driftSampled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_drift_sampled_total",
+			Help: "Aggregates whose outbox rows the drift check compared with their workflow's state.",
+		}),
+		driftUnchecked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_drift_unchecked_total",
+			Help: "Sampled aggregates whose workflow did not answer the drift check (no worker, timeout).",
+		}),
+		driftFound: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_drift_found_total",
+			Help: "Aggregates whose rows and workflow disagreed twice in a drift check, by kind (workflow_gone, workflow_behind, workflow_ahead, signal_lost, below_cursor).",
+		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.retention, m.reconciled} {
+	for _, c := range []prometheus.Collector{m.retention, m.reconciled, m.driftSampled, m.driftUnchecked, m.driftFound} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metric: %w", err)
 		}
@@ -44,5 +60,20 @@ func (m *Maintenance) Retained(step string, n int64) {
 func (m *Maintenance) Reconciled(n int64) {
 	if m != nil {
 		m.reconciled.Add(float64(n))
+	}
+}
+
+// DriftChecked counts one drift check's sampled and unchecked aggregates.
+func (m *Maintenance) DriftChecked(sampled, unchecked int) {
+	if m != nil {
+		m.driftSampled.Add(float64(sampled))
+		m.driftUnchecked.Add(float64(unchecked))
+	}
+}
+
+// DriftFound counts one drifted aggregate.
+func (m *Maintenance) DriftFound(kind string) {
+	if m != nil {
+		m.driftFound.WithLabelValues(kind).Inc()
 	}
 }

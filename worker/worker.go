@@ -93,6 +93,7 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.Retention, workflow.RegisterOptions{Name: workflows.RetentionWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.Reconcile, workflow.RegisterOptions{Name: workflows.ReconcileWorkflowName})
 	acts.Register(r)
+	acts.RegisterMaintenance(r)
 }
 
 // RegisterEffects registers effect workflows and activities on r, for a

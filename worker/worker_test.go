@@ -140,5 +140,5 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	worker.Register(&r, testActivities(t))
 
 	require.Equal(t, []string{workflows.AggregateWorkflowName, workflows.ReplayWorkflowName, workflows.RetentionWorkflowName, workflows.ReconcileWorkflowName}, r.workflows)
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity}, r.activities)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity}, r.activities)
 }

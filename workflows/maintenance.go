@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -22,15 +23,52 @@ const (
 	ReconcileWorkflowName = "ferry.Reconcile"
 	ReconcileScheduleID   = "ferry-reconcile"
 	ReconcileActivity     = "ferry.ReconcileDispatches"
+
+	// DriftActivity compares a sample of aggregates' outbox rows with their
+	// workflows' state (DriftInput, DriftResult); the Reconcile workflow
+	// runs it after its repair pass.
+	DriftActivity = "ferry.CheckDrift"
+)
+
+// Kinds of drift between the outbox tables and the aggregate workflows
+// (Drift.Kind, the label of ferry_drift_found_total).
+const (
+	// DriftWorkflowGone: rows are dispatched (or quarantined) but the
+	// aggregate's workflow is not running. The reconciler repairs
+	// dispatched rows once they are older than ReconcileInput.OlderThan.
+	DriftWorkflowGone = "workflow_gone"
+	// DriftWorkflowBehind: outbox_aggregates.delivered_version is ahead of
+	// the running workflow's delivered version (and of the version it is
+	// publishing): the workflow would wait for versions the table says are
+	// delivered.
+	DriftWorkflowBehind = "workflow_behind"
+	// DriftWorkflowAhead: the running workflow has delivered more than
+	// delivered_version says; a new run would resume from the table and
+	// publish those versions again.
+	DriftWorkflowAhead = "workflow_ahead"
+	// DriftSignalLost: rows are dispatched to a running workflow that does
+	// not hold them (not pending, not being published, above its delivered
+	// version): the signal did not reach this run.
+	DriftSignalLost = "signal_lost"
+	// DriftBelowCursor: rows at or below delivered_version are still
+	// pending or dispatched; no run will publish them (each resumes after
+	// delivered_version and drops lower versions as duplicates).
+	DriftBelowCursor = "below_cursor"
 )
 
 // Defaults of the maintenance inputs.
 const (
-	DefaultRowRetention     = 30 * 24 * time.Hour
-	DefaultReconcileAfter   = 10 * time.Minute
-	DefaultPurgeBatch       = 1000
-	DefaultRetentionEvery   = time.Hour
-	DefaultReconcileEvery   = 5 * time.Minute
+	DefaultRowRetention   = 30 * 24 * time.Hour
+	DefaultReconcileAfter = 10 * time.Minute
+	DefaultPurgeBatch     = 1000
+	DefaultRetentionEvery = time.Hour
+	DefaultReconcileEvery = 5 * time.Minute
+	DefaultDriftSample    = 50
+	DefaultDriftGrace     = time.Minute
+	DefaultDriftSettle    = 5 * time.Second
+	// MaxDriftSample bounds DriftInput.Sample: each sampled aggregate
+	// costs two small queries and two Temporal calls.
+	MaxDriftSample          = 1000
 	maintenanceActivityTime = 30 * time.Minute
 )
 
@@ -59,6 +97,18 @@ type ReconcileInput struct {
 	// OlderThan: rows dispatched longer ago and still not delivered are
 	// checked. Zero means DefaultReconcileAfter.
 	OlderThan time.Duration `json:"older_than,omitempty"`
+	// DriftSample aggregates, the most recently active, are compared with
+	// their workflows' state after the repair pass. Zero means
+	// DefaultDriftSample (50), negative turns the check off; at most
+	// MaxDriftSample.
+	DriftSample int `json:"drift_sample,omitempty"`
+	// DriftGrace: rows dispatched more recently are not judged (a signal
+	// and its mark are not atomic). Zero means DefaultDriftGrace (1m).
+	DriftGrace time.Duration `json:"drift_grace,omitempty"`
+	// DriftSettle is the wait before a suspect aggregate is looked at
+	// again; only drift seen twice is reported, so a publish in flight is
+	// not. Zero means DefaultDriftSettle (5s).
+	DriftSettle time.Duration `json:"drift_settle,omitempty"`
 }
 
 // ReconcileResult reports what the reconciler found and did.
@@ -70,6 +120,40 @@ type ReconcileResult struct {
 	Redispatched int64 `json:"redispatched"`
 	// Aggregates (workflow ids) whose rows were re-dispatched.
 	Aggregates []string `json:"aggregates,omitempty"`
+	// Drift is the sampling check's report (nil when it was off, or in
+	// runs recorded before it existed).
+	Drift *DriftResult `json:"drift,omitempty"`
+}
+
+// DriftInput is DriftActivity's input (see ReconcileInput for the
+// defaults).
+type DriftInput struct {
+	Sample int           `json:"sample"`
+	Grace  time.Duration `json:"grace"`
+	Settle time.Duration `json:"settle"`
+	// ReconcileAfter is the reconciler's OlderThan, named in the advice.
+	ReconcileAfter time.Duration `json:"reconcile_after"`
+}
+
+// DriftResult reports one drift check.
+type DriftResult struct {
+	// Sampled aggregates compared.
+	Sampled int `json:"sampled"`
+	// Unchecked aggregates whose workflow did not answer (no worker polls
+	// its task queue, or a timeout): neither healthy nor drifted.
+	Unchecked int `json:"unchecked"`
+	// Drifted aggregates, each seen twice, DriftSettle apart.
+	Drifted []Drift `json:"drifted,omitempty"`
+}
+
+// Drift is one aggregate whose rows and workflow disagree.
+type Drift struct {
+	WorkflowID string `json:"workflow_id"`
+	Kind       string `json:"kind"`
+	// Differs says what the table and the workflow each say.
+	Differs string `json:"differs"`
+	// Action says what to do (or that the reconciler does it).
+	Action string `json:"action"`
 }
 
 var maintenanceOptions = workflow.ActivityOptions{
@@ -91,13 +175,47 @@ func Retention(ctx workflow.Context, in RetentionInput) (RetentionResult, error)
 	return res, err
 }
 
-// Reconcile re-dispatches rows whose aggregate workflow is not running.
+// Reconcile re-dispatches rows whose aggregate workflow is not running,
+// then compares a sample of aggregates' rows with their workflows' state
+// and reports drift: one warning per drifted aggregate, saying what
+// differs and what to do, and the list in the result.
 func Reconcile(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error) {
 	var res ReconcileResult
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, maintenanceOptions), ReconcileActivity, in).Get(ctx, &res)
-	if err == nil && res.Redispatched > 0 {
-		workflow.GetLogger(ctx).Warn("re-dispatched rows of aggregates whose workflow was gone",
+	actx := workflow.WithActivityOptions(ctx, maintenanceOptions)
+	logger := workflow.GetLogger(ctx)
+	err := workflow.ExecuteActivity(actx, ReconcileActivity, in).Get(ctx, &res)
+	if err != nil {
+		return res, err
+	}
+	if res.Redispatched > 0 {
+		logger.Warn("re-dispatched rows of aggregates whose workflow was gone",
 			"rows", res.Redispatched, "aggregates", res.Aggregates)
 	}
-	return res, err
+	// Runs that started before the drift check existed end here.
+	if workflow.GetVersion(ctx, "drift-check", workflow.DefaultVersion, 1) == workflow.DefaultVersion || in.DriftSample < 0 {
+		return res, nil
+	}
+	var drift DriftResult
+	if err := workflow.ExecuteActivity(actx, DriftActivity, in.driftInput()).Get(ctx, &drift); err != nil {
+		return res, err
+	}
+	res.Drift = &drift
+	for _, d := range drift.Drifted {
+		logger.Warn("drift between the outbox and an aggregate workflow",
+			"workflow_id", d.WorkflowID, "kind", d.Kind, "differs", d.Differs, "action", d.Action)
+	}
+	if drift.Unchecked > 0 {
+		logger.Warn("drift check: some workflows did not answer their state query; is a worker polling the task queue?",
+			"unchecked", drift.Unchecked, "sampled", drift.Sampled)
+	}
+	return res, nil
+}
+
+func (in ReconcileInput) driftInput() DriftInput {
+	return DriftInput{
+		Sample:         min(cmp.Or(in.DriftSample, DefaultDriftSample), MaxDriftSample),
+		Grace:          cmp.Or(in.DriftGrace, DefaultDriftGrace),
+		Settle:         cmp.Or(in.DriftSettle, DefaultDriftSettle),
+		ReconcileAfter: cmp.Or(in.OlderThan, DefaultReconcileAfter),
+	}
 }
