@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/upcast"
 )
@@ -92,6 +93,10 @@ type Config struct {
 	OnResult func(Result)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Metrics counts outcomes, dead-lettered messages and commit-to-applied
+	// lag, and reads the depth of Queue and <Queue>.dlq at every scrape
+	// while the consumer runs. Default nil: nothing is counted.
+	Metrics *metrics.Consumer
 	// Redact masks the values of sensitive payload fields in park reasons
 	// (the ferry-parked-reason header), Result.Reason and the consumer's
 	// log lines; see package redact. The message body parked in <Queue>.dlq
@@ -125,6 +130,9 @@ type Result struct {
 	// Reason says why for Delayed, Retried, Parked and Quarantined; it is
 	// the ferry-parked-reason header of a parked message.
 	Reason string
+	// Cause is one of the Cause* values for Parked and Quarantined (the
+	// ferry-parked-cause header).
+	Cause string
 	// Err is the handler's or the decoder's error, if any.
 	Err error
 	// Deliveries counts this message's deliveries so far, this one included.
@@ -192,6 +200,10 @@ type Consumer struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// current is the session consuming now (nil between sessions), for
+	// reading queue depths.
+	current atomic.Pointer[session]
 
 	// retries holds deliveries waiting out RetryBackoff before their nack.
 	retryMu sync.Mutex
@@ -334,6 +346,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.done = make(chan struct{})
+	c.cfg.Metrics.WatchQueues(c.cfg.Inbox.Consumer(), c.queueDepths)
 	go c.run(ctx, c.done)
 	return nil
 }
@@ -351,6 +364,47 @@ func (c *Consumer) Stop() {
 	}
 	cancel()
 	<-done
+	c.cfg.Metrics.Unwatch(c.cfg.Inbox.Consumer())
+}
+
+// queueDepths reads the messages ready in Queue and <Queue>.dlq on a
+// channel of its own (a failed passive declare closes its channel). The
+// client's calls take no context, so a broker that does not answer is left
+// behind when ctx ends, not waited for.
+func (c *Consumer) queueDepths(ctx context.Context) (map[string]int, error) {
+	s := c.current.Load()
+	if s == nil || !s.alive() {
+		return nil, errors.New("consumer: not connected")
+	}
+	type answer struct {
+		depths map[string]int
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			done <- answer{err: fmt.Errorf("consumer: open channel: %w", err)}
+			return
+		}
+		defer ch.Close()
+		depths := map[string]int{}
+		for _, name := range []string{c.topo.queue, c.topo.dlq} {
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				done <- answer{err: fmt.Errorf("consumer: inspect queue %q: %w", name, err)}
+				return
+			}
+			depths[name] = q.Messages
+		}
+		done <- answer{depths: depths}
+	}()
+	select {
+	case a := <-done:
+		return a.depths, a.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("consumer: read queue depths: %w", ctx.Err())
+	}
 }
 
 type job struct {
@@ -392,11 +446,13 @@ func (c *Consumer) run(ctx context.Context, done chan struct{}) {
 		}
 		failures = 0
 		last = sess
+		c.current.Store(sess)
 		c.stats.connects.Add(1)
 		c.stats.consuming.Store(true)
 		c.log.Info("consuming", "bindings", c.cfg.Bindings, "exchange", c.cfg.Exchange, "prefetch", c.cfg.Prefetch)
 		lost := c.pump(ctx, deliveries, sess, dispatch)
 		c.stats.consuming.Store(false)
+		c.current.Store(nil)
 		if lost {
 			c.log.Warn("connection to the broker lost; unacknowledged deliveries return to the queue; reconnecting")
 			sess.close()

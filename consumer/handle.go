@@ -166,7 +166,7 @@ func (c *Consumer) park(j job, res Result, outcome Outcome, cause, reason string
 	ev := res.Event
 	reason = c.cfg.Redact.Text(ev.AggregateType, ev.EventType, j.d.Body, reason)
 	reason = c.cfg.Redact.Text(ev.AggregateType, ev.EventType, ev.Payload, reason)
-	res.Outcome, res.Reason = outcome, reason
+	res.Outcome, res.Reason, res.Cause = outcome, reason, cause
 	msg := republish(j.d, amqp.Table{
 		HeaderParkedReason:       reason,
 		HeaderParkedCause:        cause,
@@ -223,6 +223,14 @@ func (c *Consumer) observe(res Result) {
 		attrs = append(attrs, "dead_letter_queue", c.topo.dlq)
 	}
 	c.log.Log(context.Background(), level, "event "+string(res.Outcome), attrs...)
+	name := c.cfg.Inbox.Consumer()
+	c.cfg.Metrics.Outcome(name, string(res.Outcome))
+	switch res.Outcome {
+	case Applied:
+		c.cfg.Metrics.Applied(name, ev.Timestamp)
+	case Parked, Quarantined:
+		c.cfg.Metrics.DeadLettered(name, res.Cause)
+	}
 	if c.cfg.OnResult != nil {
 		c.cfg.OnResult(res)
 	}

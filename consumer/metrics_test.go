@@ -1,0 +1,147 @@
+package consumer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferry-outbox/ferry/consumer"
+	"github.com/ferry-outbox/ferry/metrics"
+)
+
+// point is one series' value: a counter's or gauge's, or a histogram's
+// count, sum and cumulative bucket counts.
+type point struct {
+	value   float64
+	count   uint64
+	sum     float64
+	buckets map[float64]uint64
+}
+
+// series reads the metrics called name from reg whose labels include
+// labels.
+func series(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) []point {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var out []point
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			p := point{value: m.GetCounter().GetValue() + m.GetGauge().GetValue(), buckets: map[float64]uint64{}}
+			if h := m.GetHistogram(); h != nil {
+				p.count, p.sum = h.GetSampleCount(), h.GetSampleSum()
+				for _, b := range h.GetBucket() {
+					p.buckets[b.GetUpperBound()] = b.GetCumulativeCount()
+				}
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	s := series(t, reg, name, labels)
+	require.Len(t, s, 1, "%s%v", name, labels)
+	return s[0].value
+}
+
+// Outcomes, dead-lettered causes, commit-to-applied lag and the queues'
+// depth reach the registry from a real consumer run.
+func TestMetricsCountOutcomesLagAndDepth(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewConsumer(reg)
+	require.NoError(t, err)
+	cfg := e.config(record)
+	cfg.Metrics = m
+	c, err := consumer.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.Declare(t.Context()))
+
+	// Committed three seconds ago, as the relay stamps it (whole seconds).
+	committed := time.Now().Add(-3 * time.Second)
+	publish := func(mm msg) {
+		t.Helper()
+		dc, err := e.ch.PublishWithDeferredConfirm(e.broker.Exchange, "order."+mm.eventType, true, false, amqp.Publishing{
+			Headers: amqp.Table{
+				consumer.HeaderAggregateType:    "order",
+				consumer.HeaderAggregateID:      mm.aggregateID,
+				consumer.HeaderAggregateVersion: mm.version,
+				consumer.HeaderSchemaVersion:    mm.schema,
+			},
+			MessageId: mm.id, Type: mm.eventType, Body: []byte(mm.body), Timestamp: committed, DeliveryMode: amqp.Persistent,
+		})
+		require.NoError(t, err)
+		require.True(t, dc.Wait())
+	}
+	future := order("from-the-future", "3", 1)
+	future.schema = 9
+	for _, mm := range []msg{order("a", "1", 1), order("a", "1", 1), order("b", "2", 1), future} {
+		publish(mm)
+	}
+
+	require.NoError(t, c.Start(t.Context()))
+	t.Cleanup(c.Stop)
+	e.waitEffectsOfAggregates("a@v1", "b@v1")
+	require.Eventually(t, func() bool {
+		s := c.Stats()
+		return s.Duplicates == 1 && s.Quarantined == 1
+	}, 15*time.Second, 10*time.Millisecond)
+
+	who := func(extra map[string]string) map[string]string {
+		l := map[string]string{"consumer": "inventory"}
+		for k, v := range extra {
+			l[k] = v
+		}
+		return l
+	}
+	require.Equal(t, 2.0, value(t, reg, "ferry_consumer_events_total", who(map[string]string{"outcome": "applied"})))
+	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_events_total", who(map[string]string{"outcome": "duplicate"})))
+	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_events_total", who(map[string]string{"outcome": "quarantined"})))
+	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_dead_lettered_total", who(map[string]string{"cause": consumer.CauseSchema})))
+
+	lag := series(t, reg, "ferry_consumer_lag_seconds", who(nil))
+	require.Len(t, lag, 1)
+	require.Equal(t, uint64(2), lag[0].count, "one lag sample per applied event, none for the duplicate")
+	require.GreaterOrEqual(t, lag[0].sum, 6.0, "each at least the 3s since the commit")
+	require.Zero(t, lag[0].buckets[2], "no event applied within 2s of a commit 3s ago")
+
+	// Depth, read from the broker at scrape time: the quarantined message
+	// waits in the dead-letter queue, the main queue is drained.
+	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_queue_messages", who(map[string]string{"queue": e.queue + ".dlq"})))
+	require.Equal(t, 0.0, value(t, reg, "ferry_consumer_queue_messages", who(map[string]string{"queue": e.queue})))
+	require.Equal(t, 0.0, value(t, reg, "ferry_consumer_queue_scrape_error", who(nil)))
+
+	c.Stop()
+	require.Empty(t, series(t, reg, "ferry_consumer_queue_messages", nil), "a stopped consumer's queues are not read")
+}
+
+// A nil *metrics.Consumer counts nothing and does not panic.
+func TestNilConsumerMetrics(t *testing.T) {
+	t.Parallel()
+	var m *metrics.Consumer
+	m.Outcome("x", "applied")
+	m.DeadLettered("x", consumer.CauseSchema)
+	m.Applied("x", time.Now())
+	m.WatchQueues("x", nil)
+	m.Unwatch("x")
+}
