@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -42,12 +43,20 @@ func TestContinueAsNewKeepsOrder(t *testing.T) {
 	e.startFerry(t, ferryOpts{maxHistory: 30}) // batches make a run's history short
 	ctx := context.Background()
 
-	const n = 120
-	for range n {
-		_, err := e.commit(ctx, "hot", false)
-		require.NoError(t, err)
+	// Rounds of ten, each delivered before the next: a signal each, so
+	// the runs' histories grow even though each round is one batch.
+	const rounds, perRound = 12, 10
+	const n = rounds * perRound
+	var msgs []amqp.Delivery
+	for range rounds {
+		for range perRound {
+			_, err := e.commit(ctx, "hot", false)
+			require.NoError(t, err)
+		}
+		got := e.br.Collect(t, perRound, 2*time.Minute)
+		require.Len(t, got, perRound)
+		msgs = append(msgs, got...)
 	}
-	msgs := e.br.Collect(t, n, 2*time.Minute)
 	require.Len(t, msgs, n)
 	for i, m := range msgs {
 		require.Equal(t, int64(i+1), m.Headers[activities.HeaderAggregateVersion], "delivery %d", i)
