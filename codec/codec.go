@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -204,8 +205,29 @@ func DataConverter(c *Codec) converter.DataConverter {
 func ClientOptions(c *Codec, opts *client.Options) {
 	dc := DataConverter(c)
 	opts.DataConverter = dc
-	opts.FailureConverter = temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
+	opts.FailureConverter = FailureConverter(dc)
+}
+
+// FailureConverter moves failure messages and stack traces into an encoded
+// attribute that dc encrypts.
+func FailureConverter(dc converter.DataConverter) converter.FailureConverter {
+	return cloningFailureConverter{temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
 		DataConverter:          dc,
 		EncodeCommonAttributes: true,
-	})
+	})}
+}
+
+// cloningFailureConverter decodes a copy. The SDK's converter decodes the
+// failure it is given in place, and the SDK hands it the very failure of a
+// local activity's marker before recording that marker: the message would
+// reach the history in clear next to its encrypted copy.
+type cloningFailureConverter struct {
+	converter.FailureConverter
+}
+
+func (c cloningFailureConverter) FailureToError(f *failurepb.Failure) error {
+	if f == nil {
+		return nil
+	}
+	return c.FailureConverter.FailureToError(proto.Clone(f).(*failurepb.Failure))
 }

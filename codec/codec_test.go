@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ferry-outbox/ferry/codec"
@@ -186,4 +188,27 @@ func TestNewRejects(t *testing.T) {
 	require.ErrorContains(t, err, "key 2: id k1 is used twice")
 	_, err = codec.New([]codec.Key{{ID: "k", Secret: []byte("short")}})
 	require.ErrorContains(t, err, "5 bytes, need 32")
+}
+
+// The failure converter encrypts a failure's message and stack trace, reads
+// them back, and leaves the failure it reads untouched: the SDK records a
+// local activity's failure after reading it.
+func TestFailureConverter(t *testing.T) {
+	t.Parallel()
+	c := newCodec(t, newKey(t, "k1"))
+	fc := codec.FailureConverter(codec.DataConverter(c))
+	f := fc.ErrorToFailure(temporal.NewApplicationErrorWithCause("no route for ann@example.com", "Unroutable", errors.New("NO_ROUTE ann@example.com")))
+	require.Equal(t, "Encoded failure", f.GetMessage())
+	require.Equal(t, "Encoded failure", f.GetCause().GetMessage())
+	raw, err := proto.Marshal(f)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "ann@example.com")
+
+	err = fc.FailureToError(f)
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, "no route for ann@example.com", appErr.Message())
+	require.Equal(t, "Unroutable", appErr.Type())
+	require.Equal(t, "Encoded failure", f.GetMessage(), "the failure read stays encrypted")
+	require.Equal(t, "Encoded failure", f.GetCause().GetMessage())
 }
