@@ -39,7 +39,10 @@ type Config struct {
 	// Name identifies this poller in outbox_events.claimed_by. Default
 	// "<hostname>-<pid>".
 	Name string
-	// BatchSize is the most rows one claim takes. Default 200.
+	// BatchSize is how many of the oldest claimable rows one claim takes;
+	// it adds up to 4×BatchSize later rows of the same aggregates, so each
+	// signal carries an aggregate's backlog. Signals per claim are at most
+	// BatchSize. Default 200.
 	BatchSize int
 	// Lease is how long claimed rows stay invisible to other pollers. It
 	// must exceed SignalTimeout + MarkTimeout, or another poller could claim
@@ -240,21 +243,44 @@ type claimed struct {
 	traceParent, traceState       string // W3C, stored by the producer; may be empty
 }
 
-// sqlClaim takes the oldest claimable pending rows. SKIP LOCKED lets pollers
-// claim disjoint rows at once; the lease (next_attempt_at moved forward)
-// keeps them invisible after this statement's lock is gone; attempts counts
-// the claim itself, so a row that crashes its relay still counts.
+// sqlClaim takes the oldest claimable pending rows ($1 of them), plus up to
+// $4 more claimable rows of the same aggregates, so that one signal carries
+// an aggregate's whole backlog instead of one event per claim: a burst
+// interleaved over many aggregates costs a signal per aggregate, not per
+// event. SKIP LOCKED lets pollers claim disjoint rows at once (rows of one
+// aggregate may then go to two pollers; the workflow orders them); the
+// lease (next_attempt_at moved forward) keeps them invisible after this
+// statement's locks are gone; attempts counts the claim itself, so a row
+// that crashes its relay still counts. The extension reads the unique
+// (aggregate, version) index from the delivered version up, never the
+// aggregate's delivered history.
 const sqlClaim = `
-UPDATE outbox_events e
-SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
-WHERE e.id IN (
-    SELECT id FROM outbox_events
+WITH picked AS (
+    SELECT id, aggregate_type, aggregate_id FROM outbox_events
     WHERE status = 'pending' AND next_attempt_at <= now()
     ORDER BY next_attempt_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED
+), more AS (
+    SELECT e.id FROM (SELECT DISTINCT aggregate_type, aggregate_id FROM picked) p
+    JOIN outbox_aggregates a ON a.aggregate_type = p.aggregate_type AND a.aggregate_id = p.aggregate_id
+    JOIN outbox_events e ON e.aggregate_type = p.aggregate_type AND e.aggregate_id = p.aggregate_id
+        AND e.aggregate_version > a.delivered_version
+    WHERE e.status = 'pending' AND e.next_attempt_at <= now()
+      AND e.id NOT IN (SELECT id FROM picked)
+    ORDER BY e.next_attempt_at
+    LIMIT $4
+    FOR UPDATE OF e SKIP LOCKED
+)
+UPDATE outbox_events e
+SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
+WHERE e.id IN (SELECT id FROM picked UNION ALL SELECT id FROM more)
 RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
     coalesce(e.trace_parent, ''), coalesce(e.trace_state, '')`
+
+// claimExtension: a claim takes up to this many times BatchSize later rows
+// of the aggregates its BatchSize oldest rows belong to.
+const claimExtension = 4
 
 // sqlMarkDispatched: only after Temporal accepted the signal. A row the
 // workflow already published stays published.
@@ -275,7 +301,7 @@ WHERE id = ANY($1::uuid[]) AND status = 'pending'`
 // failed keep their rows pending; the error then says how many failed.
 func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	start := time.Now()
-	rows, err := p.cfg.Pool.Query(ctx, sqlClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name)
+	rows, err := p.cfg.Pool.Query(ctx, sqlClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name, p.cfg.BatchSize*claimExtension)
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox batch: %w", err)
 	}
