@@ -67,6 +67,10 @@ type Config struct {
 	// handling per event type ("*" for the rest). Default: every type gets
 	// workflows.DefaultMaxAttempts and blocks its aggregate when they run out.
 	Policies map[string]workflows.EventPolicy
+	// PublishBatchSize is passed to new aggregate workflows: the most
+	// events one fast-path publish takes; negative turns the fast path off.
+	// Zero: the workflow's default (workflows.DefaultPublishBatchSize).
+	PublishBatchSize int
 	// MaxHistoryEvents is passed to new aggregate workflows: they
 	// continue-as-new at this history length. Zero: the workflow's default.
 	MaxHistoryEvents int
@@ -432,6 +436,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 			AggregateID:      g.aggID,
 			IdleTimeout:      p.cfg.IdleTimeout,
 			MaxHistoryEvents: p.cfg.MaxHistoryEvents,
+			PublishBatchSize: p.cfg.PublishBatchSize,
 			Policies:         p.cfg.Policies,
 		},
 	)

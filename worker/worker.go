@@ -35,6 +35,11 @@ type Config struct {
 	SkipSearchAttributeCheck bool
 	// MaxConcurrentActivities bounds publishes in flight. Default 64.
 	MaxConcurrentActivities int
+	// WorkflowTaskPollers is how many long polls for workflow tasks the
+	// worker keeps open. Every signalled aggregate needs a workflow task,
+	// so with many aggregates this, not the activities, bounds throughput.
+	// Default 8.
+	WorkflowTaskPollers int
 	// Effects register effect workflows and their activities on the
 	// worker: effects.Workflows{} for the built-in Payment and Email
 	// workflows, the payment and email Activities, and users' own.
@@ -62,6 +67,7 @@ func New(cfg Config) (*Worker, error) {
 	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, "ferry")
 	cfg.Namespace = cmp.Or(cfg.Namespace, "default")
 	cfg.MaxConcurrentActivities = cmp.Or(cfg.MaxConcurrentActivities, 64)
+	cfg.WorkflowTaskPollers = cmp.Or(cfg.WorkflowTaskPollers, 8)
 	switch {
 	case cfg.Temporal == nil:
 		return nil, errors.New("worker: Config.Temporal is nil")
@@ -69,9 +75,13 @@ func New(cfg Config) (*Worker, error) {
 		return nil, errors.New("worker: Config.Activities is nil")
 	case cfg.MaxConcurrentActivities < 1:
 		return nil, fmt.Errorf("worker: Config.MaxConcurrentActivities %d: must be at least 1", cfg.MaxConcurrentActivities)
+	case cfg.WorkflowTaskPollers < 2:
+		// The SDK needs two: one for the task queue, one for the sticky queue.
+		return nil, fmt.Errorf("worker: Config.WorkflowTaskPollers %d: must be at least 2", cfg.WorkflowTaskPollers)
 	}
 	w := sdkworker.New(cfg.Temporal, cfg.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
+		MaxConcurrentWorkflowTaskPollers:   cfg.WorkflowTaskPollers,
 		// Stop lets running publishes finish (one takes well under a
 		// second); anything still running after this is retried by Temporal.
 		WorkerStopTimeout: 10 * time.Second,

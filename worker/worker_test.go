@@ -61,6 +61,9 @@ func TestNewRequiresDependencies(t *testing.T) {
 
 	_, err = worker.New(worker.Config{Temporal: temporal, Activities: acts, MaxConcurrentActivities: -1})
 	require.ErrorContains(t, err, "Config.MaxConcurrentActivities -1")
+
+	_, err = worker.New(worker.Config{Temporal: temporal, Activities: acts, WorkflowTaskPollers: 1})
+	require.ErrorContains(t, err, "Config.WorkflowTaskPollers 1")
 }
 
 func TestNewFillsDefaults(t *testing.T) {
@@ -140,5 +143,5 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	worker.Register(&r, testActivities(t))
 
 	require.Equal(t, []string{workflows.AggregateWorkflowName, workflows.ReplayWorkflowName, workflows.RetentionWorkflowName, workflows.ReconcileWorkflowName}, r.workflows)
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity}, r.activities)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity}, r.activities)
 }

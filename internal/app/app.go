@@ -198,7 +198,7 @@ func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *brok
 		return worker.Config{}, err
 	}
 	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace,
-		Effects: effectRegistrars}
+		Effects: effectRegistrars, WorkflowTaskPollers: cfg.WorkflowTaskPollers}
 	if !cfg.NoSchedules {
 		wc.Schedules = &worker.Schedules{
 			Retention: workflows.RetentionInput{RowAge: cfg.RowRetention, PayloadAge: cfg.PayloadRetention},
@@ -219,6 +219,8 @@ func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		IdleTimeout:  cfg.IdleTimeout,
 		Policies:     cfg.Policies,
 		Logger:       logger,
+
+		PublishBatchSize: cfg.PublishBatchSize,
 	}
 }
 

@@ -35,6 +35,12 @@ type Config struct {
 	RoutingKey string
 	// BatchSize of one claim; default 200.
 	BatchSize int
+	// PublishBatchSize is the most events an aggregate workflow publishes
+	// in one fast-path local activity; -1 publishes one regular activity
+	// per event. Default 0: workflows.DefaultPublishBatchSize (100).
+	PublishBatchSize int
+	// WorkflowTaskPollers of the worker; default 8 (worker.Config).
+	WorkflowTaskPollers int
 	// Lease of claimed rows; default 30s.
 	Lease time.Duration
 	// PollInterval, the fallback when no NOTIFY arrives; default 1s.
@@ -145,6 +151,12 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.BatchSize < 1 {
 		return c, errors.New("batch size must be at least 1")
+	}
+	if c.PublishBatchSize < -1 || c.PublishBatchSize > 1000 {
+		return c, fmt.Errorf("publish batch size %d: use 1 to 1000, 0 for the default, or -1 for one activity per event", c.PublishBatchSize)
+	}
+	if c.WorkflowTaskPollers != 0 && c.WorkflowTaskPollers < 2 {
+		return c, fmt.Errorf("workflow task pollers %d: must be at least 2", c.WorkflowTaskPollers)
 	}
 	c.OTelExporter = cmp.Or(c.OTelExporter, telemetry.ExporterNone)
 	if _, err := c.telemetry().WithDefaults(); err != nil {
