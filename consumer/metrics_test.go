@@ -1,12 +1,14 @@
 package consumer_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry/consumer"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -144,4 +146,33 @@ func TestNilConsumerMetrics(t *testing.T) {
 	m.Applied("x", time.Now())
 	m.WatchQueues("x", nil)
 	m.Unwatch("x")
+}
+
+// consumer.Module counts into the *metrics.Consumer in the graph (the one
+// Ferry's metrics module serves) when Config.Metrics is nil.
+func TestModuleUsesTheGraphsMetrics(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewConsumer(reg)
+	require.NoError(t, err)
+	var c *consumer.Consumer
+	app := fx.New(
+		fx.NopLogger,
+		fx.Supply(e.config(record)),
+		fx.Provide(func() *metrics.Consumer { return m }),
+		consumer.Module,
+		fx.Populate(&c),
+	)
+	require.NoError(t, app.Err())
+	require.NoError(t, app.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, app.Stop(context.Background())) })
+	require.Eventually(t, func() bool { return c.Stats().Consuming }, 10*time.Second, 5*time.Millisecond)
+
+	e.publish(order("a", "1", 1))
+	e.waitEffects("a@v1")
+	require.Eventually(t, func() bool {
+		s := series(t, reg, "ferry_consumer_events_total", map[string]string{"consumer": "inventory", "outcome": "applied"})
+		return len(s) == 1 && s[0].value == 1
+	}, 10*time.Second, 10*time.Millisecond)
 }

@@ -1,12 +1,18 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 )
@@ -79,4 +85,75 @@ func TestMetricsFollowABacklog(t *testing.T) {
 	require.Equal(t, 7.0, sample(t, reg, "ferry_published_total", map[string]string{"aggregate_type": e.aggType}))
 	require.Equal(t, 7.0, sample(t, reg, "ferry_commit_to_published_seconds", nil), "one latency sample per event")
 	require.Positive(t, sample(t, reg, "ferry_outbox_table_bytes", nil))
+}
+
+// `ferry consume-example --metrics-address` serves the consumer's metrics:
+// what it applied, the duplicate its inbox dropped, the message it
+// quarantined, the lag from the commit, and its queues' depth.
+func TestConsumeExampleServesConsumerMetrics(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	queue := testenv.Name("inventory")
+	c := e.spawn(t, []string{"consume-example", "--queue", queue}, childEnv+"=1", "FERRY_METRICS_ADDRESS=127.0.0.1:0")
+	addr := regexp.MustCompile(`/metrics on http://([0-9.:]+)/metrics`)
+	waitFor(t, 30*time.Second, "the consumer's /metrics address", func() bool { return addr.MatchString(c.out.String()) })
+	url := "http://" + addr.FindStringSubmatch(c.out.String())[1] + "/metrics"
+	waitFor(t, 30*time.Second, "the consumer's queue", func() bool { return strings.Contains(scrape(t, url), `queue="`+queue+`"`) })
+
+	conn, err := amqp.Dial(e.br.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, q := range []string{queue, queue + ".retry", queue + ".dlq"} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+		_ = ch.ExchangeDelete(queue+".dlx", false, false)
+	})
+	require.NoError(t, ch.Confirm(false))
+	send := func(id string, schema int64) {
+		t.Helper()
+		dc, err := ch.PublishWithDeferredConfirm(e.br.Exchange, "order.created", true, false, amqp.Publishing{
+			Headers: amqp.Table{activities.HeaderAggregateType: "order", activities.HeaderAggregateID: id,
+				activities.HeaderAggregateVersion: int64(1), activities.HeaderSchemaVersion: schema},
+			MessageId: id, Type: "created", Timestamp: time.Now().Add(-2 * time.Second),
+			Body: []byte(`{"order_id":"` + id + `","customer":"ana","total_cents":1000,"units":1}`),
+		})
+		require.NoError(t, err)
+		require.True(t, dc.Wait())
+	}
+	send("o-1", 2)
+	send("o-1", 2) // as the broker redelivers after a crash between commit and ack
+	send("o-2", 9) // a schema this consumer does not read
+
+	want := []string{
+		`ferry_consumer_events_total{consumer="inventory",outcome="applied"} 1`,
+		`ferry_consumer_events_total{consumer="inventory",outcome="duplicate"} 1`,
+		`ferry_consumer_events_total{consumer="inventory",outcome="quarantined"} 1`,
+		`ferry_consumer_dead_lettered_total{cause="schema-version",consumer="inventory"} 1`,
+		`ferry_consumer_lag_seconds_count{consumer="inventory"} 1`,
+		`ferry_consumer_queue_messages{consumer="inventory",queue="` + queue + `.dlq"} 1`,
+	}
+	var body string
+	waitFor(t, 30*time.Second, "the consumer's metrics", func() bool {
+		body = scrape(t, url)
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	})
+	require.Contains(t, body, `ferry_consumer_lag_seconds_bucket{consumer="inventory",le="1"} 0`, "committed 2s before it was sent")
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/consumer"
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/upcast"
 )
@@ -56,6 +57,9 @@ type Config struct {
 	// Redact masks sensitive payload fields in the printed lines, park
 	// reasons and log lines. Default nil: nothing is masked.
 	Redact *redact.Redactor
+	// Metrics counts the consumer's outcomes, lag and queue depth.
+	// Default nil: nothing is counted.
+	Metrics *metrics.Consumer
 }
 
 // created is the order.created payload, schema version 2. Version 1 (the
@@ -153,6 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 		OnResult: p.print,
 		Logger:   cfg.Logger,
 		Redact:   cfg.Redact,
+		Metrics:  cfg.Metrics,
 	})
 	if err != nil {
 		return err

@@ -84,32 +84,37 @@ func workerConfig(d workerDeps) (worker.Config, error) {
 	return workerConfigFull(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics, d.Maint, d.tracerProvider())
 }
 
-// MetricsModule provides Ferry's counters (*metrics.Metrics) on a registry
-// with the outbox collector, served on Config.MetricsAddress when set.
-// Needs a *pgxpool.Pool.
+// MetricsModule provides Ferry's counters (*metrics.Metrics,
+// *metrics.Maintenance, and *metrics.Consumer for consumers in the same
+// process) on a registry with the outbox collector, served on
+// Config.MetricsAddress when set. Needs a *pgxpool.Pool.
 var MetricsModule = fx.Module("ferry.metrics",
 	fx.Decorate(withDefaults),
 	fx.Provide(newMetrics),
 )
 
-func newMetrics(p Params, pool *pgxpool.Pool) (*metrics.Metrics, *metrics.Maintenance, error) {
+func newMetrics(p Params, pool *pgxpool.Pool) (*metrics.Metrics, *metrics.Maintenance, *metrics.Consumer, error) {
 	reg := metrics.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	mm, err := metrics.NewMaintenance(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	mc, err := metrics.NewConsumer(reg)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	if err := reg.Register(metrics.NewOutboxCollector(pool)); err != nil {
-		return nil, nil, fmt.Errorf("register outbox collector: %w", err)
+		return nil, nil, nil, fmt.Errorf("register outbox collector: %w", err)
 	}
 	if p.Config.MetricsAddress != "" {
 		srv := metrics.NewServer(p.Config.MetricsAddress, reg)
 		p.Lifecycle.Append(fx.StartStopHook(srv.Start, srv.Stop))
 	}
-	return m, mm, nil
+	return m, mm, mc, nil
 }
 
 type pollerDeps struct {

@@ -183,9 +183,9 @@ func serveCmd(g *globals, use, short string, roles app.Roles) *cobra.Command {
 }
 
 // serve runs the fx app until ctx ends. started, when not nil, runs once
-// everything is up.
-func serve(ctx context.Context, cfg app.Config, roles app.Roles, logger *slog.Logger, out io.Writer, started func()) error {
-	a := fx.New(app.Options(cfg, roles, logger))
+// everything is up; extra options join the app's (e.g. fx.Populate).
+func serve(ctx context.Context, cfg app.Config, roles app.Roles, logger *slog.Logger, out io.Writer, started func(), extra ...fx.Option) error {
+	a := fx.New(app.Options(cfg, roles, logger), fx.Options(extra...))
 	if err := a.Err(); err != nil {
 		return app.RootCause(err)
 	}

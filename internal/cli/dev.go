@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry/devserver"
 	"github.com/ferry-outbox/ferry/examples/inventory"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/demo"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -82,6 +84,8 @@ which prints what it applies and what it deduplicates.`,
 			demoCtx, stopDemo := context.WithCancel(ctx)
 			defer stopDemo()
 
+			// The example consumer counts into the process's /metrics.
+			var consumerMetrics *metrics.Consumer
 			started := func() {
 				fmt.Fprintf(out, "\n  Temporal UI:  %s/namespaces/%s/workflows\n", srv.UIURL(), cfg.Namespace)
 				fmt.Fprintf(out, "  Temporal:     %s (namespace %s)\n", srv.FrontendAddress(), cfg.Namespace)
@@ -106,7 +110,7 @@ which prints what it applies and what it deduplicates.`,
 					// deduplication shows.
 					red, _ := cfg.Redactor() // validated by WithDefaults
 					err := inventory.Run(demoCtx, inventory.Config{PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL,
-						Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: logger, Redact: red})
+						Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: logger, Metrics: consumerMetrics, Redact: red})
 					if err != nil {
 						fmt.Fprintf(out, "ferry dev: example consumer stopped: %v\n", err)
 					}
@@ -119,7 +123,7 @@ which prints what it applies and what it deduplicates.`,
 					}
 				}()
 			}
-			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started)
+			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
 		},
 	}
 	f := cmd.Flags()
