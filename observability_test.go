@@ -44,6 +44,8 @@ func ferryMetricNames(t *testing.T) []string {
 	require.NoError(t, err)
 	_, err = metrics.NewMaintenance(d)
 	require.NoError(t, err)
+	_, err = metrics.NewConsumer(d)
+	require.NoError(t, err)
 	require.NoError(t, d.Register(metrics.NewOutboxCollector(nil)))
 	require.Contains(t, d.names, "ferry_outbox_oldest_age_seconds")
 	return d.names
