@@ -21,9 +21,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
@@ -87,6 +89,21 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	if o.pool == nil {
 		o.pool = e.db.Pool
 	}
+	workerClient := tclient
+	if o.tracer != nil {
+		// As a Ferry process: Temporal's tracing interceptor on the client
+		// the worker and the pollers use (sharing the connection).
+		ti, err := telemetry.TemporalInterceptor(o.tracer)
+		require.NoError(t, err)
+		traced, err := client.NewClientFromExisting(tclient, client.Options{Namespace: namespace, Logger: testenv.QuietLogger(),
+			Interceptors: []interceptor.ClientInterceptor{ti}})
+		require.NoError(t, err)
+		t.Cleanup(traced.Close)
+		workerClient = traced
+		if o.temporal == nil {
+			o.temporal = traced
+		}
+	}
 	if o.temporal == nil {
 		o.temporal = tclient
 	}
@@ -96,7 +113,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics, MaintenanceMetrics: o.maint, Temporal: tclient, TracerProvider: o.tracer})
 	require.NoError(t, err)
 	if !o.noWorker {
-		w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules})
+		w, err := worker.New(worker.Config{Temporal: workerClient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules})
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		t.Cleanup(w.Stop)
@@ -116,6 +133,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			MaxHistoryEvents: o.maxHistory,
 			Policies:         o.policies,
 			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+			TracerProvider:   o.tracer,
 		})
 		require.NoError(t, err)
 		require.NoError(t, p.Start(ctx))

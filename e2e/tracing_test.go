@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -18,10 +20,15 @@ import (
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// One trace runs from the producer's span through Ferry's publish to the
-// consumer's span (in-memory exporter).
+// One trace runs from the producer's span through the poller's dispatch,
+// the aggregate workflow and its publish activity (Temporal's interceptor),
+// Ferry's publish, to the consumer's span (in-memory exporter), each span
+// the child of the one before. A second event of the same aggregate, written
+// under another trace and signalled with the first, keeps its own trace for
+// its publish and consume, and the dispatch links to it.
 func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
@@ -29,7 +36,8 @@ func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
 	e := setup(t)
-	e.startFerry(t, ferryOpts{tracer: tp})
+	// A short idle timeout ends the workflow, and with it its run span.
+	e.startFerry(t, ferryOpts{tracer: tp, idleTimeout: time.Second})
 	ctx := context.Background()
 	_, err := inbox.Migrate(ctx, e.db.Pool, nil)
 	require.NoError(t, err)
@@ -50,38 +58,94 @@ func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(c.Stop)
 
-	pctx, root := tp.Tracer("test").Start(ctx, "POST /orders")
-	id := uuid.Must(uuid.NewV7())
-	require.NoError(t, pgx.BeginFunc(pctx, e.db.Pool, func(tx pgx.Tx) error {
-		payload, _ := json.Marshal(map[string]string{"order": id.String()})
-		_, err := e.writer.Write(pctx, tx, outbox.Event{ID: id, AggregateType: e.aggType, AggregateID: "t", EventType: "placed", Payload: payload})
-		return err
+	// Two commands, two traces, one transaction: both rows are claimed and
+	// signalled together, v1 (placed) first.
+	placedCtx, placedSpan := tp.Tracer("test").Start(ctx, "POST /orders")
+	paidCtx, paidSpan := tp.Tracer("test").Start(ctx, "POST /payments")
+	paidID := uuid.Must(uuid.NewV7())
+	require.NoError(t, pgx.BeginFunc(ctx, e.db.Pool, func(tx pgx.Tx) error {
+		for _, ev := range []struct {
+			ctx context.Context
+			id  uuid.UUID
+			typ string
+		}{{placedCtx, uuid.Must(uuid.NewV7()), "placed"}, {paidCtx, paidID, "paid"}} {
+			payload, _ := json.Marshal(map[string]string{"order": "t"})
+			if _, err := e.writer.Write(ev.ctx, tx, outbox.Event{ID: ev.id, AggregateType: e.aggType, AggregateID: "t", EventType: ev.typ, Payload: payload}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}))
-	root.End()
+	placedSpan.End()
+	paidSpan.End()
 
-	waitFor(t, time.Minute, "the consumer to apply the event", func() bool { return applied.Load() == 1 })
-	c.Stop() // ends the consumer span
-	byName := map[string]tracetest.SpanStub{}
-	for _, s := range exp.GetSpans() {
-		byName[s.Name] = s
+	waitFor(t, time.Minute, "the consumer to apply both events", func() bool { return applied.Load() == 2 })
+	c.Stop() // ends the consumer spans
+	waitFor(t, time.Minute, "the idle workflow to end its run span", func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.Name == "RunWorkflow:"+workflows.AggregateWorkflowName && s.SpanContext.TraceID() == placedSpan.SpanContext().TraceID() {
+				return true
+			}
+		}
+		return false
+	})
+
+	// Each span is the one child of the one before it with its name, in
+	// the first command's trace.
+	spans := exp.GetSpans()
+	placedRoot := placedSpan.SpanContext()
+	child := func(parent trace.SpanContext, name string) tracetest.SpanStub {
+		t.Helper()
+		got := children(spans, parent, name)
+		require.Len(t, got, 1, "one %q under %s; got %v", name, parent.SpanID(), names(spans))
+		return got[0]
 	}
-	publish, ok := byName["ferry.publish "+e.aggType+".placed"]
-	require.True(t, ok, "a publish span; got %v", names(exp.GetSpans()))
-	consume, ok := byName["ferry.consume placed"]
-	require.True(t, ok, "a consume span; got %v", names(exp.GetSpans()))
-	rootSC := root.SpanContext()
-	require.Equal(t, rootSC.TraceID(), publish.SpanContext.TraceID(), "publish continues the producer's trace")
-	require.Equal(t, rootSC.SpanID(), publish.Parent.SpanID(), "publish is a child of the producer's span")
-	require.Equal(t, rootSC.TraceID(), consume.SpanContext.TraceID())
-	require.Equal(t, publish.SpanContext.SpanID(), consume.Parent.SpanID(), "consume is a child of publish")
-	require.Equal(t, trace.SpanKindProducer, publish.SpanKind)
+	dispatch := child(placedRoot, "ferry.dispatch")
+	signal := child(dispatch.SpanContext, "SignalWithStartWorkflow:"+workflows.AggregateWorkflowName)
+	child(signal.SpanContext, "HandleSignal:"+workflows.EventsSignal)
+	run := child(signal.SpanContext, "RunWorkflow:"+workflows.AggregateWorkflowName)
+	// The workflow publishes both events in order: placed first.
+	starts := children(spans, run.SpanContext, "StartActivity:"+workflows.PublishEventActivity)
+	require.Len(t, starts, 2, "a publish activity per event; got %v", names(spans))
+	slices.SortFunc(starts, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
+	activity := child(starts[0].SpanContext, "RunActivity:"+workflows.PublishEventActivity)
+
+	// The publish span's parent is the row's stored context (the producer's
+	// span) while activities.send() extracts it over the activity's; with
+	// telemetry.PublishParent it becomes the publish activity's span, which
+	// is in this trace because this event's dispatch started the workflow.
+	publishPlaced := "ferry.publish " + e.aggType + ".placed"
+	publish := append(children(spans, placedRoot, publishPlaced), children(spans, activity.SpanContext, publishPlaced)...)
+	require.Len(t, publish, 1, "publish is a child of the producer's span or of the publish activity's; got %v", names(spans))
+	consume := child(publish[0].SpanContext, "ferry.consume placed")
+	require.Equal(t, trace.SpanKindProducer, publish[0].SpanKind)
 	require.Equal(t, trace.SpanKindConsumer, consume.SpanKind)
+
+	// The dispatch carried both rows: it links the second command's span.
+	require.Len(t, dispatch.Links, 1)
+	require.Equal(t, paidSpan.SpanContext().SpanID(), dispatch.Links[0].SpanContext.SpanID())
+	require.Contains(t, dispatch.Links[0].Attributes, attribute.String("messaging.message.id", paidID.String()))
+
+	// The second event's publish and consume stay in its own trace.
+	publishPaid := child(paidSpan.SpanContext(), "ferry.publish "+e.aggType+".paid")
+	child(publishPaid.SpanContext, "ferry.consume paid")
+}
+
+// children returns the spans named name whose parent is parent.
+func children(spans tracetest.SpanStubs, parent trace.SpanContext, name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range spans {
+		if s.Name == name && s.Parent.TraceID() == parent.TraceID() && s.Parent.SpanID() == parent.SpanID() {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func names(spans tracetest.SpanStubs) []string {
 	var out []string
 	for _, s := range spans {
-		out = append(out, s.Name)
+		out = append(out, s.Name+" ("+s.SpanContext.SpanID().String()+" ← "+s.Parent.SpanID().String()+")")
 	}
 	return out
 }
