@@ -55,6 +55,10 @@ type Config struct {
 	LogFile string
 	// LogLevel of LogFile. Default "info".
 	LogLevel string
+	// CodecEndpoint is the payload codec server (`ferry codec-server`) the
+	// UI asks to decode encrypted payloads; the browser calls it, so it
+	// must allow the UI's origin. Default: none (the UI shows ciphertext).
+	CodecEndpoint string
 }
 
 // Server is a running embedded Temporal server.
@@ -269,6 +273,7 @@ func (s *Server) startUI() error {
 		HideLogs:            true,
 		DisableNewsFetch:    true, // no internet here, and none needed
 		CORS:                uiconfig.CORS{CookieInsecure: true},
+		Codec:               uiconfig.Codec{Endpoint: s.cfg.CodecEndpoint},
 	}
 	s.ui = uiserver.NewServer(uioptions.WithConfigProvider(cfg))
 	s.uiURL = "http://" + net.JoinHostPort(host, strconv.Itoa(port))

@@ -21,11 +21,12 @@ import (
 
 func devCmd(g *globals) *cobra.Command {
 	var (
-		dataDir   string
-		uiAddress string
-		every     time.Duration
-		noDemo    bool
-		faultRate float64
+		dataDir      string
+		uiAddress    string
+		every        time.Duration
+		noDemo       bool
+		faultRate    float64
+		codecAddress string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -45,13 +46,22 @@ which prints what it applies and what it deduplicates.`,
 			ctx := cmd.Context()
 			out := g.stdout
 
+			// With codec keys the UI decrypts through a codec server of
+			// its own; it listens first, so the UI is told its address.
+			devCodec, err := listenDevCodec(cfg, codecAddress)
+			if err != nil {
+				return err
+			}
+			defer devCodec.stop()
+
 			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.TemporalAddress, dataDir)
 			srv, err := devserver.Start(ctx, devserver.Config{
-				DatabasePath: filepath.Join(dataDir, "temporal.db"),
-				Address:      cfg.TemporalAddress,
-				UIAddress:    uiAddress,
-				Namespace:    cfg.Namespace,
-				LogFile:      filepath.Join(dataDir, "temporal-server.log"),
+				CodecEndpoint: devCodec.endpoint,
+				DatabasePath:  filepath.Join(dataDir, "temporal.db"),
+				Address:       cfg.TemporalAddress,
+				UIAddress:     uiAddress,
+				Namespace:     cfg.Namespace,
+				LogFile:       filepath.Join(dataDir, "temporal-server.log"),
 				// The dead-letter view: Ferry's search attributes.
 				SearchAttributes: workflows.SearchAttributeTypes,
 			})
@@ -63,6 +73,7 @@ which prints what it applies and what it deduplicates.`,
 				_ = srv.Stop()
 			}()
 			cfg.TemporalAddress = srv.FrontendAddress()
+			devCodec.serve(srv.UIURL())
 
 			if err := migrate(ctx, cfg, out); err != nil {
 				return err
@@ -89,6 +100,9 @@ which prints what it applies and what it deduplicates.`,
 			started := func() {
 				fmt.Fprintf(out, "\n  Temporal UI:  %s/namespaces/%s/workflows\n", srv.UIURL(), cfg.Namespace)
 				fmt.Fprintf(out, "  Temporal:     %s (namespace %s)\n", srv.FrontendAddress(), cfg.Namespace)
+				if devCodec.endpoint != "" {
+					fmt.Fprintf(out, "  Codec:        %s (payloads are encrypted; the UI decrypts them through it)\n", devCodec.endpoint)
+				}
 				if noDemo {
 					fmt.Fprintln(out, "  Demo:         off; insert rows into outbox_events to see them flow")
 					return
@@ -131,6 +145,7 @@ which prints what it applies and what it deduplicates.`,
 	f.StringVar(&uiAddress, "ui-address", env("FERRY_DEV_UI_ADDRESS", "127.0.0.1:8233"), "host:port of the Temporal UI; empty disables it (FERRY_DEV_UI_ADDRESS)")
 	f.DurationVar(&every, "demo-every", envDuration("FERRY_DEV_DEMO_EVERY", time.Second), "pause between demo transactions")
 	f.BoolVar(&noDemo, "no-demo", false, "run without the demo producer and consumer")
+	f.StringVar(&codecAddress, "codec-address", "127.0.0.1:8234", "host:port of the codec server the UI decrypts payloads through, when --codec-key is set")
 	f.Float64Var(&faultRate, "sandbox-fault-rate", 0.2, "share of first requests to the sandbox payment provider and SMTP sink that meet a fault")
 	return cmd
 }

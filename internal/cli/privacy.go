@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ferry-outbox/ferry/codec"
+	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/redact"
 )
 
@@ -102,4 +103,42 @@ func redactLastError(red *redact.Redactor, aggType, eventType string, payload *s
 		p = []byte(*payload)
 	}
 	return red.Text(aggType, eventType, p, lastErr)
+}
+
+// devCodec is `ferry dev`'s codec server for its embedded UI.
+type devCodec struct {
+	cdc      *codec.Codec
+	ln       net.Listener
+	srv      *http.Server
+	endpoint string // "" without codec keys
+}
+
+func listenDevCodec(cfg app.Config, addr string) (*devCodec, error) {
+	cdc, err := cfg.Codec()
+	if err != nil || cdc == nil {
+		return &devCodec{}, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("codec server for the UI on %s (--codec-address): %w", addr, err)
+	}
+	return &devCodec{cdc: cdc, ln: ln, endpoint: "http://" + ln.Addr().String()}, nil
+}
+
+// serve answers the UI at uiURL (its origin).
+func (d *devCodec) serve(uiURL string) {
+	if d.ln == nil {
+		return
+	}
+	d.srv = &http.Server{Handler: codec.Handler(d.cdc, []string{uiURL}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = d.srv.Serve(d.ln) }()
+}
+
+func (d *devCodec) stop() {
+	switch {
+	case d.srv != nil:
+		_ = d.srv.Close()
+	case d.ln != nil:
+		_ = d.ln.Close()
+	}
 }
