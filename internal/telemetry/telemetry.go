@@ -78,12 +78,12 @@ func (c Config) WithDefaults() (Config, error) {
 	switch c.Exporter {
 	case ExporterNone, ExporterOTLPGRPC, ExporterOTLPHTTP:
 	default:
-		return c, fmt.Errorf("OpenTelemetry exporter %q: use none, otlp, otlp-grpc or otlp-http", c.Exporter)
+		return c, fmt.Errorf("OpenTelemetry exporter %q (--otel-exporter, FERRY_OTEL_EXPORTER): use none, otlp, otlp-grpc or otlp-http", c.Exporter)
 	}
 	if c.Endpoint != "" {
 		u, err := url.Parse(c.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return c, fmt.Errorf("OpenTelemetry endpoint %q: use a URL such as http://collector:4318", c.Endpoint)
+			return c, fmt.Errorf("OpenTelemetry endpoint %q (--otel-endpoint, FERRY_OTEL_ENDPOINT): use a URL such as http://collector:4318", c.Endpoint)
 		}
 	}
 	return c, nil

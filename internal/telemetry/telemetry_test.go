@@ -215,8 +215,8 @@ func TestConfigWithDefaults(t *testing.T) {
 		{"off by default", telemetry.Config{}, telemetry.ExporterNone, ""},
 		{"grpc", telemetry.Config{Exporter: "otlp-grpc", Endpoint: "https://collector:4317"}, telemetry.ExporterOTLPGRPC, ""},
 		{"http", telemetry.Config{Exporter: "otlp-http", Endpoint: "http://collector:4318/base/"}, telemetry.ExporterOTLPHTTP, ""},
-		{"unknown exporter", telemetry.Config{Exporter: "jaeger"}, "", `exporter "jaeger": use none, otlp, otlp-grpc or otlp-http`},
-		{"endpoint without scheme", telemetry.Config{Exporter: "otlp-grpc", Endpoint: "collector:4317"}, "", `endpoint "collector:4317": use a URL`},
+		{"unknown exporter", telemetry.Config{Exporter: "jaeger"}, "", `exporter "jaeger" (--otel-exporter, FERRY_OTEL_EXPORTER): use none, otlp, otlp-grpc or otlp-http`},
+		{"endpoint without scheme", telemetry.Config{Exporter: "otlp-grpc", Endpoint: "collector:4317"}, "", `endpoint "collector:4317" (--otel-endpoint, FERRY_OTEL_ENDPOINT): use a URL`},
 		{"endpoint without host", telemetry.Config{Exporter: "otlp-http", Endpoint: "http://"}, "", `endpoint "http://"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
