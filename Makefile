@@ -45,6 +45,23 @@ test: browser ## Run all tests against local PostgreSQL, RabbitMQ and an embedde
 test-faults: ## Long fault runs with figures: kill loop (FERRY_FAULTS_DURATION, 5m), backlog (FERRY_FAULTS_BACKLOG, 100000): ~30 min
 	$(GO) test -tags faults -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
+# The benchmark measures bin/ferry as built from this tree, so both targets
+# build it first. BENCH_FLAGS adds flags (ferry-bench -h lists them), e.g.
+# make bench BENCH_FLAGS='-workloads burst,steady-100 -reps 5'.
+.PHONY: bench
+bench: build bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 50 min)
+	./$(BIN)/ferry-bench $(BENCH_FLAGS)
+
+.PHONY: bench-quick
+bench-quick: build bench-bin ## The benchmark at 1/10 size, 1 rep (about 3 min with the builds)
+	./$(BIN)/ferry-bench -scale 0.1 -reps 1 -duration 10s -commit-duration 3s $(BENCH_FLAGS)
+
+.PHONY: bench-bin
+bench-bin:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ferry-bench ./cmd/ferry-bench
+	$(GO) build -o $(BIN)/ferry-bench-temporal ./cmd/ferry-bench-temporal
+
 .PHONY: browser
 browser: ## Install headless Chromium (Debian package) for the UI test, if missing
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \

@@ -1,0 +1,7 @@
+// Command ferry-bench-temporal is the embedded Temporal server (package
+// devserver) as `ferry dev` runs it — SQLite file, Ferry's search
+// attributes — without the UI, on a free port, until SIGTERM. ferry-bench
+// starts it so that the server is a process of its own, measured apart
+// from Ferry; it prints bench.TemporalReady and the frontend's address
+// once the server answers.
+package main

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ferry-outbox/ferry/devserver"
+	"github.com/ferry-outbox/ferry/internal/bench"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(sctx, devserver.Config{
+		DatabasePath:     os.Getenv(bench.TemporalDBEnv),
+		Address:          "127.0.0.1:0",
+		LogFile:          os.Getenv(bench.TemporalLogEnv),
+		LogLevel:         "warn",
+		SearchAttributes: workflows.SearchAttributeTypes,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferry-bench-temporal: %v\n", err)
+		return 1
+	}
+	fmt.Println(bench.TemporalReady + srv.FrontendAddress())
+	<-ctx.Done()
+	if err := srv.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "ferry-bench-temporal: stop: %v\n", err)
+	}
+	return 0
+}

@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		want    Latency
+	}{
+		{name: "none", samples: nil, want: Latency{}},
+		{name: "one", samples: []time.Duration{ms(7)}, want: Latency{P50: ms(7), P95: ms(7), P99: ms(7), Max: ms(7), N: 1}},
+		{name: "unsorted four", samples: []time.Duration{ms(4), ms(1), ms(3), ms(2)},
+			// nearest rank: p50 → rank 2, p95 and p99 → rank 4.
+			want: Latency{P50: ms(2), P95: ms(4), P99: ms(4), Max: ms(4), N: 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, Summarize(tt.samples))
+		})
+	}
+}
+
+func TestPercentileOfHundred(t *testing.T) {
+	t.Parallel()
+	s := make([]time.Duration, 100)
+	for i := range s {
+		s[i] = ms(float64(i + 1)) // 1..100 ms
+	}
+	got := Summarize(s)
+	require.Equal(t, Latency{P50: ms(50), P95: ms(95), P99: ms(99), Max: ms(100), N: 100}, got)
+	require.Equal(t, ms(1), Percentile(s, 0.5))
+}
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	require.True(t, math.IsNaN(Median(nil)))
+	require.Equal(t, 2.0, Median([]float64{3, 1, 2}))
+	require.Equal(t, 2.0, Median([]float64{math.NaN(), 3, 1, math.NaN()}), "NaN: not measured, skipped")
+	require.True(t, math.IsNaN(Median([]float64{math.NaN()})))
+	xs := []float64{4, 1, 3, 2}
+	require.Equal(t, 2.5, Median(xs))
+	require.Equal(t, []float64{4, 1, 3, 2}, xs, "Median must not reorder its input")
+	require.Equal(t, ms(2), medianDuration([]time.Duration{ms(3), ms(1), ms(2)}))
+}
+
+func TestParseProc(t *testing.T) {
+	t.Parallel()
+	// A command name with spaces and a parenthesis, as the kernel allows.
+	stat := []byte("4242 (we ird) cmd) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 130 0 0 20 0 9 0 100 1000 200 18446744073709551615")
+	cpu, err := parseStatCPU(stat)
+	require.NoError(t, err)
+	require.Equal(t, 3800*time.Millisecond, cpu) // (250 + 130) ticks of 10 ms
+	_, err = parseStatCPU([]byte("garbage"))
+	require.Error(t, err)
+
+	status := []byte("Name:\tferry\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n")
+	require.EqualValues(t, 204800, statusKiB(status, "VmHWM:"))
+	require.EqualValues(t, 102400, statusKiB(status, "VmRSS:"))
+	require.EqualValues(t, 0, statusKiB(status, "VmSwap:"))
+}
+
+func TestReadProcOfThisProcess(t *testing.T) {
+	t.Parallel()
+	s, err := ReadProc(os.Getpid())
+	require.NoError(t, err)
+	require.Positive(t, s.RSS)
+	require.GreaterOrEqual(t, s.PeakRSS, s.RSS)
+}
+
+func TestTally(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	tally := NewTally("order")
+	add := func(id, agg string, v int64, at time.Duration) {
+		tally.Add(Receipt{ID: id, AggregateType: "order", AggregateID: agg, Version: v, At: t0.Add(at)})
+	}
+	add("a1", "a", 1, ms(10))
+	add("a2", "a", 2, ms(20))
+	add("a1", "a", 1, ms(25)) // duplicate of an earlier event: not a disorder
+	add("b2", "b", 2, ms(30)) // b's version 2 before 1
+	add("b1", "b", 1, ms(40))
+	add("x1", "x", 1, ms(50)) // never committed
+	tally.Add(Receipt{ID: "old", AggregateType: "other-run", AggregateID: "a", Version: 9, At: t0})
+	require.Equal(t, 5, tally.Received())
+
+	committed := map[string]time.Time{"a1": t0, "a2": t0, "b1": t0, "b2": t0, "c1": t0}
+	v, lat, last := tally.Check(committed)
+	require.Equal(t, Verdict{Lost: 1, Duplicates: 1, OutOfOrder: 2, Unexpected: 1, Stray: 1}, v)
+	require.False(t, v.OK())
+	require.ElementsMatch(t, []time.Duration{ms(10), ms(20), ms(30), ms(40)}, lat)
+	require.Equal(t, t0.Add(ms(50)), last)
+
+	clean := NewTally("order")
+	clean.Add(Receipt{ID: "a1", AggregateType: "order", AggregateID: "a", Version: 1, At: t0.Add(-ms(1))})
+	v, lat, _ = clean.Check(map[string]time.Time{"a1": t0})
+	require.True(t, v.OK())
+	require.Equal(t, []time.Duration{0}, lat, "a receipt noted before the commit counts as 0, not negative")
+}
+
+func TestInOrderHoldsBackVersionsAfterAGap(t *testing.T) {
+	t.Parallel()
+	rows := []relayRow{
+		{id: "a3", aggType: "o", aggID: "a", version: 3, delivered: 1},
+		{id: "b1", aggType: "o", aggID: "b", version: 1, delivered: 0},
+		{id: "a2", aggType: "o", aggID: "a", version: 2, delivered: 1},
+		{id: "c3", aggType: "o", aggID: "c", version: 3, delivered: 1}, // c's 2 is not in this claim
+		{id: "a5", aggType: "o", aggID: "a", version: 5, delivered: 1}, // a's 4 is not either
+	}
+	var ids []string
+	for _, r := range inOrder(rows) {
+		ids = append(ids, r.id)
+	}
+	require.Equal(t, []string{"a2", "a3", "b1"}, ids)
+}
+
+func TestMemoryGrowth(t *testing.T) {
+	t.Parallel()
+	pts := []memPoint{
+		{Received: 0, RelayMiB: 50, TemporalMiB: 200},
+		{Received: 400, RelayMiB: 80, TemporalMiB: 250},
+		{Received: 600, RelayMiB: 120, TemporalMiB: 240},
+		{Received: 1000, RelayMiB: 100, TemporalMiB: 245},
+	}
+	r, tm := memoryGrowth(pts, 1000)
+	require.InDelta(t, 1.5, r, 1e-9)
+	require.InDelta(t, 0.98, tm, 1e-9)
+	r, tm = memoryGrowth(pts[:1], 1000)
+	require.Zero(t, r, "one half without samples: unknown")
+	require.Zero(t, tm)
+}
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	t.Parallel()
+	c, err := Config{Workloads: []string{WorkloadBacklog, WorkloadBurst, WorkloadBurst}}.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, []string{WorkloadBurst, WorkloadBacklog}, c.Workloads, "run order is fixed, duplicates dropped")
+	require.Equal(t, 16, c.Clients)
+	require.Equal(t, 3, c.Reps)
+	require.Equal(t, []string{SystemFerry, SystemPlain}, c.Systems)
+
+	for _, tt := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Scale: -1}, "Config.Scale"},
+		{Config{Workloads: []string{"bursty"}}, "Config.Workloads"},
+		{Config{Systems: []string{"kafka"}}, "Config.Systems"},
+		{Config{Schema: "public"}, "Config.Schema"},
+		{Config{Schema: "Robert'); DROP"}, "Config.Schema"},
+		{Config{SteadyDuration: time.Millisecond}, "Config.SteadyDuration"},
+	} {
+		_, err := tt.cfg.WithDefaults()
+		require.ErrorContains(t, err, tt.field)
+	}
+}
+
+func TestShapes(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 10_000, shapeOf(WorkloadBurst, 1).events(0))
+	require.Equal(t, 10_000, shapeOf(WorkloadOnePerAgg, 1).events(0))
+	require.Equal(t, 5_000, shapeOf(WorkloadHot, 1).events(0))
+	require.Equal(t, 100_000, shapeOf(WorkloadBacklog, 1).events(0))
+	require.Equal(t, 1_000, shapeOf(WorkloadBurst, 0.1).events(0))
+	require.Equal(t, 3_000, shapeOf(WorkloadSteady500, 1).events(6*time.Second))
+	require.Equal(t, 1, shapeOf(WorkloadHot, 0.0001).txs, "scaled down, a workload keeps at least one transaction")
+	require.Equal(t, "1,000 aggregates × 10 events, 1 KiB payloads, one transaction per aggregate", shapeOf(WorkloadBurst, 1).what)
+	require.Equal(t, "1,234,567", count(1234567))
+	require.Equal(t, "-1,000", count(-1000))
+	require.Equal(t, "999", count(999))
+}
+
+// sampleResults is a small, made-up run of every delivery workload.
+func sampleResults() *Results {
+	cfg, _ := Config{Reps: 1, PostgresURL: "postgres://bench:s3cret@db/x", AMQPURL: "amqp://guest:hunter2@mq/"}.WithDefaults()
+	res := &Results{Config: cfg, Duration: 90 * time.Second, Machine: Machine{CPUs: 2, CPUModel: "test CPU", LoadAtStart: "1.00 1.00 1.00"}}
+	run := func(w, sys string, eps float64, p99 time.Duration, hist float64) RunResult {
+		r := RunResult{Workload: w, System: sys, Rep: 1, Events: 1000, Throughput: eps,
+			Latency: Latency{P50: p99 / 4, P95: p99 / 2, P99: p99, Max: 2 * p99, N: 1000},
+			Relay:   ProcFigures{CPUPer1k: 0.5, PeakMiB: 40}, latencies: []time.Duration{p99 / 4, p99}}
+		if sys == SystemFerry {
+			r.Temporal = &ProcFigures{CPUPer1k: 2, PeakMiB: 300}
+			r.History = &History{Aggregates: 100, Sampled: 100, Runs: 100, Events: hist * 1000, WorkflowTasks: 400}
+		}
+		if w == WorkloadBacklog {
+			r.Memory = []memPoint{{Received: 100, RelayMiB: 60, TemporalMiB: 300}, {Received: 900, RelayMiB: 70, TemporalMiB: 310}}
+		}
+		return r
+	}
+	res.Runs = []RunResult{
+		run(WorkloadBurst, SystemFerry, 600, ms(900), 1.8), run(WorkloadBurst, SystemPlain, 1000, ms(300), 0),
+		run(WorkloadOnePerAgg, SystemFerry, 200, ms(900), 5), run(WorkloadOnePerAgg, SystemPlain, 1000, ms(90), 0),
+		run(WorkloadHot, SystemFerry, 300, ms(900), 1.5), run(WorkloadHot, SystemPlain, 1000, ms(90), 0),
+		run(WorkloadSteady100, SystemFerry, 100, ms(300), 3), run(WorkloadSteady100, SystemPlain, 100, ms(20), 0),
+		run(WorkloadSteady500, SystemFerry, 500, ms(200), 3), run(WorkloadSteady500, SystemPlain, 500, ms(20), 0),
+		run(WorkloadBacklog, SystemFerry, 250, ms(9000), 2), run(WorkloadBacklog, SystemPlain, 2000, ms(900), 0),
+	}
+	res.Commit = &CommitSummary{Clients: 16, Seconds: 10, BusinessOnly: 2000, WithOutbox: 800, WithOutboxNoNotify: 1800,
+		OutboxCost: 0.6, OutboxCostNoNotify: 0.1}
+	res.summarize()
+	return res
+}
+
+func TestTargetsAreComputedFromTheFigures(t *testing.T) {
+	t.Parallel()
+	res := sampleResults()
+	got := map[string]string{}
+	for _, tg := range res.Targets {
+		got[strings.SplitN(tg.Goal, ":", 2)[0]+" "+strings.Fields(tg.Goal)[1]] = tg.Status
+	}
+	require.Equal(t, map[string]string{
+		"burst Ferry":       Pass, // 600 / 1000 = 0.6 ≥ 0.5
+		"one-per-agg Ferry": Miss, // 0.2 < 0.25
+		"steady-100 Ferry":  Miss, // p99 300ms > 250ms
+		"burst ≤":           Pass, // 1.8 history events per event
+		"commit the":        Miss, // 60 % > 15 %
+		"backlog memory":    Pass, // 70/60 and 310/300
+	}, got)
+	require.Empty(t, res.Problems)
+
+	ws := res.workload(WorkloadBurst)
+	require.InDelta(t, 0.6, ws.ThroughputRatio, 1e-9)
+	require.InDelta(t, 3.0, ws.P99Ratio, 1e-9)
+	require.InDelta(t, 0.4, ws.Ferry.WorkflowTasksPerEvent, 1e-9)
+
+	// Half the data: targets without their workload are not run, not passed.
+	partial := &Results{Config: res.Config, Runs: res.Runs[:2]}
+	partial.Config.Workloads = []string{WorkloadBurst}
+	partial.summarize()
+	statuses := map[string]int{}
+	for _, tg := range partial.Targets {
+		statuses[tg.Status]++
+	}
+	require.Equal(t, map[string]int{Pass: 2, NotRun: 4}, statuses)
+}
+
+func TestLostEventsAreProblems(t *testing.T) {
+	t.Parallel()
+	res := sampleResults()
+	res.Runs[0].Verdict = Verdict{Lost: 3, OutOfOrder: 1}
+	res.summarize()
+	require.Len(t, res.Problems, 2)
+	require.Contains(t, res.Problems[0], "burst · ferry · rep 1: 3 of 1,000 events LOST")
+	var out bytes.Buffer
+	res.WriteTable(&out)
+	require.Contains(t, out.String(), "DELIVERY FAILED")
+}
+
+func TestWriteTableAndJSON(t *testing.T) {
+	t.Parallel()
+	res := sampleResults()
+	var out bytes.Buffer
+	res.WriteTable(&out)
+	text := out.String()
+	for _, want := range []string{
+		"Throughput and latency", "burst", "one-per-agg", "backlog", "ferry/plain", "0.60×", "3.0×",
+		"Cost per event", "1.80", "Producer commit rate", "2,000", "60%",
+		"PASS", "MISS", "every committed event was received",
+	} {
+		require.Contains(t, text, want)
+	}
+
+	var buf bytes.Buffer
+	require.NoError(t, res.WriteJSON(&buf))
+	require.NotContains(t, buf.String(), "s3cret")
+	require.NotContains(t, buf.String(), "hunter2")
+	var back struct {
+		Workloads []struct {
+			Name  string `json:"name"`
+			Ferry struct {
+				Throughput float64 `json:"events_per_second"`
+				Latency    struct {
+					P99 int64 `json:"p99_ns"`
+				} `json:"latency"`
+				History float64 `json:"history_events_per_event"`
+			} `json:"ferry"`
+			Ratio float64 `json:"throughput_ratio_ferry_over_plain"`
+		} `json:"workloads"`
+		Targets []Target `json:"targets"`
+	}
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
+	require.Len(t, back.Workloads, 6)
+	require.Equal(t, "burst", back.Workloads[0].Name)
+	require.Equal(t, 600.0, back.Workloads[0].Ferry.Throughput)
+	require.Equal(t, ms(900).Nanoseconds(), back.Workloads[0].Ferry.Latency.P99)
+	require.InDelta(t, 1.8, back.Workloads[0].Ferry.History, 1e-9)
+	require.InDelta(t, 0.6, back.Workloads[0].Ratio, 1e-9)
+	require.Len(t, back.Targets, 6)
+}
+
+func TestCDFPoints(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, cdfPoints(nil, 10))
+	pts := cdfPoints([]time.Duration{ms(3), 0, ms(1), ms(2)}, 10)
+	require.Len(t, pts, 4)
+	require.Equal(t, 0.1, pts[0].X, "0 ms is drawn at 0.1 ms on the log axis")
+	require.Equal(t, 3.0, pts[3].X)
+	require.Equal(t, 1.0, pts[3].Y)
+	require.Len(t, cdfPoints(make([]time.Duration, 1000), 50), 50)
+}
+
+func TestWritePlot(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/latency.png"
+	require.NoError(t, sampleResults().WritePlot(path))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(b, []byte("\x89PNG")), "a PNG file")
+}

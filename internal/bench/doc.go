@@ -1,0 +1,22 @@
+// Package bench is Ferry's benchmark (issue 8): it measures Ferry as
+// shipped — the ferry binary's `run` command, a separate process, on the
+// embedded Temporal server in a process of its own — side by side with a
+// plain relay (Relay: SKIP LOCKED claim → publish with pipelined confirms →
+// mark published, no workflow engine), on the same PostgreSQL, RabbitMQ
+// and producer, alternating, and reports medians.
+//
+// The producer commits a business row and its events through package
+// outbox in real transactions; a counting consumer on its own queue notes
+// when each event id arrives and checks that every committed event arrived,
+// in version order within its aggregate. Latency is commit → receipt;
+// throughput is events / (first commit → last receipt). CPU and peak memory
+// come from /proc of the relay process and the Temporal server; Temporal
+// history events and workflow tasks per event from the server's histories
+// of the run's aggregate workflows.
+//
+// The package owns the workloads, the measurement and the report (table,
+// JSON, PNG). It does not link the Temporal server, so the plain relay,
+// cmd/ferry-bench re-executed (RoleEnv), is as small as a plain relay is;
+// cmd/ferry-bench-temporal runs the server. It creates and drops only its
+// own schema (Config.Schema) and exchange.
+package bench

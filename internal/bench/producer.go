@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferry-outbox/ferry/outbox"
+)
+
+// sqlBusinessRow is the producer's own write: every transaction inserts
+// one row of the bench table besides its outbox events, as a service would.
+const sqlBusinessRow = `INSERT INTO bench_orders (aggregate_id, amount, note) VALUES ($1, $2, $3)`
+
+// sqlBenchTable is created next to Ferry's tables in the bench schema.
+const sqlBenchTable = `
+CREATE TABLE IF NOT EXISTS bench_orders (
+    id           bigserial   PRIMARY KEY,
+    aggregate_id text        NOT NULL,
+    amount       integer     NOT NULL,
+    note         text        NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now()
+)`
+
+// producer commits business rows with outbox events through the outbox
+// API, from several clients at once, and notes each event's commit time.
+type producer struct {
+	pool    *pgxpool.Pool
+	writer  *outbox.Writer
+	clients int
+}
+
+// commits is what a producer committed: event id → commit time.
+type commits struct {
+	mu           sync.Mutex
+	at           map[string]time.Time
+	first, last  time.Time
+	transactions int
+}
+
+func newCommits() *commits { return &commits{at: map[string]time.Time{}} }
+
+func (c *commits) add(ids []string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		c.at[id] = at
+	}
+	if c.first.IsZero() || at.Before(c.first) {
+		c.first = at
+	}
+	if at.After(c.last) {
+		c.last = at
+	}
+	c.transactions++
+}
+
+func (c *commits) events() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.at)
+}
+
+// txJob is one transaction: a business row and n events of one aggregate.
+type txJob struct {
+	aggID string
+	n     int
+}
+
+// payload returns a JSON document of about size bytes.
+func payload(size int) []byte {
+	return []byte(`{"pad":"` + strings.Repeat("x", max(0, size-10)) + `"}`)
+}
+
+// run commits the jobs from 'jobs' with p.clients concurrent transactions
+// until the channel is closed, noting commits in c.
+func (p *producer) run(ctx context.Context, aggType string, size int, jobs <-chan txJob, c *commits) error {
+	body := payload(size)
+	g, ctx := errgroup.WithContext(ctx)
+	for range p.clients {
+		g.Go(func() error {
+			evs := make([]outbox.Event, 0, 16)
+			for j := range jobs {
+				evs = evs[:0]
+				for range j.n {
+					evs = append(evs, outbox.Event{AggregateType: aggType, AggregateID: j.aggID, EventType: "bench", Payload: body})
+				}
+				ids, err := p.commit(ctx, j.aggID, evs)
+				if err != nil {
+					return err
+				}
+				c.add(ids, time.Now())
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// commit runs one producer transaction: the business row, then the events.
+func (p *producer) commit(ctx context.Context, aggID string, evs []outbox.Event) ([]string, error) {
+	var ids []string
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlBusinessRow, aggID, 42, "bench"); err != nil {
+			return fmt.Errorf("insert business row: %w", err)
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		written, err := p.writer.WriteBatch(ctx, tx, evs)
+		if err != nil {
+			return fmt.Errorf("write outbox events: %w", err)
+		}
+		ids = make([]string, len(written))
+		for i, w := range written {
+			ids[i] = w.ID.String()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("producer transaction: %w", err)
+	}
+	return ids, nil
+}
+
+// produce commits a non-steady shape's transactions as fast as the clients
+// go. Aggregates interleave: transaction i belongs to aggregate i mod the
+// aggregate count.
+func (p *producer) produce(ctx context.Context, s shape, aggType string, c *commits) error {
+	jobs := make(chan txJob)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(jobs)
+		for i := range s.txs {
+			select {
+			case jobs <- txJob{aggID: aggregateID(i % s.aggregates), n: s.eventsPerTx}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return p.run(ctx, aggType, s.payloadBytes, jobs, c)
+}
+
+// produceSteady commits one event per transaction at s.rate per second for
+// d, on a fixed schedule (open loop): event i is due at i/rate. A producer
+// that falls behind catches up as fast as it can; the achieved rate is in
+// the commits.
+func (p *producer) produceSteady(ctx context.Context, s shape, d time.Duration, aggType string, c *commits) error {
+	jobs := make(chan txJob, p.clients)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	total := int(s.rate * d.Seconds())
+	go func() {
+		defer close(jobs)
+		start := time.Now()
+		for i := range total {
+			due := start.Add(time.Duration(float64(i) / s.rate * float64(time.Second)))
+			if wait := time.Until(due); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case jobs <- txJob{aggID: aggregateID(i % s.aggregates), n: 1}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return p.run(ctx, aggType, s.payloadBytes, jobs, c)
+}
+
+func aggregateID(i int) string { return fmt.Sprintf("a%06d", i) }
+
+// commitRate runs transactions back to back on every client for d and
+// returns the commits per second. withOutbox adds one outbox event to each.
+func (p *producer) commitRate(ctx context.Context, d time.Duration, aggType string, withOutbox bool) (float64, error) {
+	var n atomic.Int64
+	body := payload(128)
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for client := range p.clients {
+		g.Go(func() error {
+			for i := 0; gctx.Err() == nil; i++ {
+				agg := aggregateID(client*1_000_000 + i)
+				var evs []outbox.Event
+				if withOutbox {
+					evs = []outbox.Event{{AggregateType: aggType, AggregateID: agg, EventType: "bench", Payload: body}}
+				}
+				if _, err := p.commit(gctx, agg, evs); err != nil {
+					if gctx.Err() != nil {
+						return nil // the time is up in the middle of a transaction
+					}
+					return err
+				}
+				n.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	return float64(n.Load()) / time.Since(start).Seconds(), nil
+}

@@ -1,0 +1,545 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Results is everything one benchmark invocation measured; it is what
+// results.json holds.
+type Results struct {
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
+	Machine  Machine       `json:"machine"`
+	Config   Config        `json:"config"`
+	// Commit is the producer's commit rate, when the commit workload ran.
+	Commit    *CommitSummary    `json:"commit,omitempty"`
+	Workloads []WorkloadSummary `json:"workloads"`
+	Targets   []Target          `json:"targets"`
+	// Problems are lost or disordered events and relays that died: any
+	// makes the benchmark fail.
+	Problems []string    `json:"problems"`
+	Runs     []RunResult `json:"runs"`
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPUs        int    `json:"cpus"`
+	CPUModel    string `json:"cpu_model"`
+	MemoryMiB   int    `json:"memory_mib"`
+	Kernel      string `json:"kernel"`
+	GoVersion   string `json:"go_version"`
+	LoadAtStart string `json:"load_at_start"`
+}
+
+// RunResult is one workload run once on one system.
+type RunResult struct {
+	Workload      string `json:"workload"`
+	System        string `json:"system"`
+	Rep           int    `json:"rep"`
+	AggregateType string `json:"aggregate_type"`
+	Events        int    `json:"events"`
+	Transactions  int    `json:"transactions"`
+	// ProduceSeconds: first to last commit.
+	ProduceSeconds float64 `json:"produce_seconds"`
+	// ElapsedSeconds: first commit (backlog: relay ready) to last receipt.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// Throughput is events received / ElapsedSeconds.
+	Throughput float64 `json:"events_per_second"`
+	// Latency is commit → first receipt by the consumer.
+	Latency Latency `json:"latency"`
+	Verdict Verdict `json:"verdict"`
+	// Relay is the process under test: `ferry run` or the plain relay.
+	Relay ProcFigures `json:"relay"`
+	// Temporal is the Temporal server process (Ferry runs only).
+	Temporal *ProcFigures `json:"temporal,omitempty"`
+	History  *History     `json:"history,omitempty"`
+	// Memory is sampled every 500 ms during a backlog drain.
+	Memory  []memPoint `json:"memory,omitempty"`
+	Problem string     `json:"problem,omitempty"`
+
+	latencies []time.Duration
+}
+
+// ProcFigures is a process's cost over one run's measuring window.
+type ProcFigures struct {
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CPUPer1k   float64 `json:"cpu_seconds_per_1000_events"`
+	// PeakMiB is VmHWM: since the process started (the relays, started
+	// per run) or since the run started (Temporal, reset per run).
+	PeakMiB float64 `json:"peak_mib"`
+}
+
+// CommitSummary is the producer's commit rate with Clients concurrent
+// transactions, medians over the reps.
+type CommitSummary struct {
+	Clients            int                  `json:"clients"`
+	Seconds            float64              `json:"seconds_per_variant"`
+	BusinessOnly       float64              `json:"business_only_per_second"`
+	WithOutbox         float64              `json:"with_outbox_per_second"`
+	WithOutboxNoNotify float64              `json:"with_outbox_no_notify_per_second"`
+	OutboxCost         float64              `json:"outbox_cost"`
+	OutboxCostNoNotify float64              `json:"outbox_cost_no_notify"`
+	Samples            map[string][]float64 `json:"samples"`
+}
+
+// WorkloadSummary holds one workload's medians per system and the ratios.
+type WorkloadSummary struct {
+	Name  string         `json:"name"`
+	What  string         `json:"what"`
+	Ferry *SystemSummary `json:"ferry,omitempty"`
+	Plain *SystemSummary `json:"plain,omitempty"`
+	// ThroughputRatio and P99Ratio are Ferry / plain of the medians; 0
+	// when a system did not run.
+	ThroughputRatio float64 `json:"throughput_ratio_ferry_over_plain,omitempty"`
+	P99Ratio        float64 `json:"p99_ratio_ferry_over_plain,omitempty"`
+}
+
+// SystemSummary is one system on one workload: medians over its reps
+// (peak memory: the highest; verdict counts: sums).
+type SystemSummary struct {
+	Reps       int     `json:"reps"`
+	Events     int     `json:"events"`
+	Throughput float64 `json:"events_per_second"`
+	// ProducerRate is events / (first → last commit): the most any relay
+	// could show on this workload (0 for the backlog).
+	ProducerRate float64 `json:"producer_events_per_second,omitempty"`
+	Latency      Latency `json:"latency"`
+
+	RelayCPUPer1k    float64 `json:"relay_cpu_seconds_per_1000_events"`
+	RelayPeakMiB     float64 `json:"relay_peak_mib"`
+	TemporalCPUPer1k float64 `json:"temporal_cpu_seconds_per_1000_events,omitempty"`
+	TemporalPeakMiB  float64 `json:"temporal_peak_mib,omitempty"`
+
+	HistoryPerEvent         float64 `json:"history_events_per_event,omitempty"`
+	WorkflowTasksPerEvent   float64 `json:"workflow_tasks_per_event,omitempty"`
+	ActivitiesPerEvent      float64 `json:"activities_per_event,omitempty"`
+	LocalActivitiesPerEvent float64 `json:"local_activities_per_event,omitempty"`
+	SignalsPerEvent         float64 `json:"signals_per_event,omitempty"`
+	HistorySampled          bool    `json:"history_sampled,omitempty"`
+	// OpenWorkflows: the share of aggregate workflow runs still open
+	// (idle) when the histories were read, median over the reps.
+	OpenWorkflows float64 `json:"open_workflow_share,omitempty"`
+
+	// MemoryGrowth (backlog): the highest ratio over the reps of peak RSS
+	// in the second half of the drain to the first half, for the relay
+	// process and the Temporal server.
+	MemoryGrowth         float64 `json:"memory_growth,omitempty"`
+	TemporalMemoryGrowth float64 `json:"temporal_memory_growth,omitempty"`
+
+	Lost       int `json:"lost"`
+	Duplicates int `json:"duplicates"`
+	OutOfOrder int `json:"out_of_order"`
+	Unexpected int `json:"unexpected"`
+}
+
+// Target is one of issue 8's goals checked against what was measured.
+type Target struct {
+	Goal   string `json:"goal"`
+	Got    string `json:"got"`
+	Status string `json:"status"` // PASS, MISS or NOT RUN
+}
+
+// Target statuses.
+const (
+	Pass   = "PASS"
+	Miss   = "MISS"
+	NotRun = "NOT RUN"
+)
+
+// memoryGrowthLimit: draining is "bounded" when the peak RSS of the second
+// half of the drain is at most this times the first half's. A process that
+// held every drained event would double from the first half to the second.
+const memoryGrowthLimit = 1.5
+
+// summarize fills Workloads, Targets and Problems from Runs.
+func (res *Results) summarize() {
+	res.Workloads = nil
+	for _, w := range res.Config.Workloads {
+		if w == WorkloadCommit {
+			continue
+		}
+		ws := WorkloadSummary{Name: w, What: shapeOf(w, res.Config.Scale).what}
+		for _, sys := range []string{SystemFerry, SystemPlain} {
+			var runs []RunResult
+			for _, r := range res.Runs {
+				if r.Workload == w && r.System == sys {
+					runs = append(runs, r)
+				}
+			}
+			if len(runs) == 0 {
+				continue
+			}
+			s := summarizeSystem(runs)
+			if sys == SystemFerry {
+				ws.Ferry = s
+			} else {
+				ws.Plain = s
+			}
+		}
+		if ws.Ferry != nil && ws.Plain != nil {
+			if ws.Plain.Throughput > 0 {
+				ws.ThroughputRatio = ws.Ferry.Throughput / ws.Plain.Throughput
+			}
+			if ws.Plain.Latency.P99 > 0 {
+				ws.P99Ratio = float64(ws.Ferry.Latency.P99) / float64(ws.Plain.Latency.P99)
+			}
+		}
+		res.Workloads = append(res.Workloads, ws)
+	}
+	res.Problems = nil
+	for _, r := range res.Runs {
+		name := fmt.Sprintf("%s · %s · rep %d", r.Workload, r.System, r.Rep)
+		v := r.Verdict
+		if v.Lost > 0 {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: %s of %s events LOST (committed, never received)", name, count(v.Lost), count(r.Events)))
+		}
+		if v.OutOfOrder > 0 {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: %s events received OUT OF ORDER within their aggregate", name, count(v.OutOfOrder)))
+		}
+		if v.Unexpected > 0 {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s: %s events received that were never committed", name, count(v.Unexpected)))
+		}
+		if r.Problem != "" {
+			res.Problems = append(res.Problems, name+": "+r.Problem)
+		}
+	}
+	res.Targets = res.targets()
+}
+
+func summarizeSystem(runs []RunResult) *SystemSummary {
+	s := &SystemSummary{Reps: len(runs)}
+	med := func(f func(RunResult) float64) float64 {
+		xs := make([]float64, 0, len(runs))
+		for _, r := range runs {
+			xs = append(xs, f(r))
+		}
+		if m := Median(xs); !math.IsNaN(m) {
+			return m
+		}
+		return 0 // not measured in any rep; JSON has no NaN
+	}
+	medD := func(f func(RunResult) time.Duration) time.Duration {
+		ds := make([]time.Duration, 0, len(runs))
+		for _, r := range runs {
+			ds = append(ds, f(r))
+		}
+		return medianDuration(ds)
+	}
+	s.Events = int(med(func(r RunResult) float64 { return float64(r.Events) }))
+	s.Throughput = med(func(r RunResult) float64 { return r.Throughput })
+	if !runs[0].backlog() {
+		s.ProducerRate = med(func(r RunResult) float64 {
+			if r.ProduceSeconds <= 0 {
+				return 0 // one transaction: no rate to speak of
+			}
+			return float64(r.Events) / r.ProduceSeconds
+		})
+	}
+	s.Latency = Latency{
+		P50: medD(func(r RunResult) time.Duration { return r.Latency.P50 }),
+		P95: medD(func(r RunResult) time.Duration { return r.Latency.P95 }),
+		P99: medD(func(r RunResult) time.Duration { return r.Latency.P99 }),
+		Max: medD(func(r RunResult) time.Duration { return r.Latency.Max }),
+		N:   s.Events,
+	}
+	s.RelayCPUPer1k = med(func(r RunResult) float64 { return r.Relay.CPUPer1k })
+	for _, r := range runs {
+		s.RelayPeakMiB = max(s.RelayPeakMiB, r.Relay.PeakMiB)
+		s.Lost += r.Verdict.Lost
+		s.Duplicates += r.Verdict.Duplicates
+		s.OutOfOrder += r.Verdict.OutOfOrder
+		s.Unexpected += r.Verdict.Unexpected
+		if r.Temporal != nil {
+			s.TemporalPeakMiB = max(s.TemporalPeakMiB, r.Temporal.PeakMiB)
+		}
+		if len(r.Memory) > 0 {
+			rg, tg := memoryGrowth(r.Memory, r.Events)
+			s.MemoryGrowth = max(s.MemoryGrowth, rg)
+			s.TemporalMemoryGrowth = max(s.TemporalMemoryGrowth, tg)
+		}
+		if r.History != nil && r.History.Sampled < r.History.Aggregates {
+			s.HistorySampled = true
+		}
+	}
+	if runs[0].Temporal != nil {
+		s.TemporalCPUPer1k = med(func(r RunResult) float64 {
+			if r.Temporal == nil {
+				return 0
+			}
+			return r.Temporal.CPUPer1k
+		})
+	}
+	perEvent := func(f func(*History) float64) float64 {
+		return med(func(r RunResult) float64 {
+			if r.History == nil || r.Events == 0 {
+				return math.NaN()
+			}
+			return f(r.History) / float64(r.Events)
+		})
+	}
+	if runs[0].History != nil {
+		s.HistoryPerEvent = perEvent(func(h *History) float64 { return h.Events })
+		s.WorkflowTasksPerEvent = perEvent(func(h *History) float64 { return h.WorkflowTasks })
+		s.ActivitiesPerEvent = perEvent(func(h *History) float64 { return h.Activities })
+		s.LocalActivitiesPerEvent = perEvent(func(h *History) float64 { return h.LocalActivities })
+		s.SignalsPerEvent = perEvent(func(h *History) float64 { return h.Signals })
+		s.OpenWorkflows = med(func(r RunResult) float64 {
+			if r.History == nil || r.History.Runs == 0 {
+				return math.NaN()
+			}
+			return r.History.Open / r.History.Runs
+		})
+	}
+	return s
+}
+
+// memoryGrowth compares the peak RSS of the second half of a drain (by
+// events received) with the first half's, for the relay and Temporal. 0
+// when either half has no sample.
+func memoryGrowth(points []memPoint, events int) (relay, temporal float64) {
+	var r1, r2, t1, t2 float64
+	for _, p := range points {
+		if p.Received < events/2 {
+			r1, t1 = max(r1, p.RelayMiB), max(t1, p.TemporalMiB)
+		} else {
+			r2, t2 = max(r2, p.RelayMiB), max(t2, p.TemporalMiB)
+		}
+	}
+	if r1 > 0 && r2 > 0 {
+		relay = r2 / r1
+	}
+	if t1 > 0 && t2 > 0 {
+		temporal = t2 / t1
+	}
+	return relay, temporal
+}
+
+func (res *Results) workload(name string) *WorkloadSummary {
+	for i := range res.Workloads {
+		if res.Workloads[i].Name == name {
+			return &res.Workloads[i]
+		}
+	}
+	return nil
+}
+
+// targets checks issue 8's goals against the medians.
+func (res *Results) targets() []Target {
+	var out []Target
+	status := func(ok bool) string {
+		if ok {
+			return Pass
+		}
+		return Miss
+	}
+	ratio := func(w string, min float64) Target {
+		t := Target{Goal: fmt.Sprintf("%s: Ferry ≥ %g× the plain relay's events/s", w, min), Status: NotRun, Got: "needs both systems on " + w}
+		if ws := res.workload(w); ws != nil && ws.Ferry != nil && ws.Plain != nil {
+			t.Got = fmt.Sprintf("%.2f× (%s vs %s events/s)", ws.ThroughputRatio, count(int(ws.Ferry.Throughput)), count(int(ws.Plain.Throughput)))
+			t.Status = status(ws.ThroughputRatio >= min)
+		}
+		return t
+	}
+	out = append(out, ratio(WorkloadBurst, 0.5), ratio(WorkloadOnePerAgg, 0.25))
+
+	t := Target{Goal: "steady-100: Ferry p99 commit → receipt ≤ 250ms", Status: NotRun, Got: "needs Ferry on steady-100"}
+	if ws := res.workload(WorkloadSteady100); ws != nil && ws.Ferry != nil {
+		t.Got = "p99 " + dur(ws.Ferry.Latency.P99)
+		t.Status = status(ws.Ferry.Latency.P99 > 0 && ws.Ferry.Latency.P99 <= 250*time.Millisecond)
+	}
+	out = append(out, t)
+
+	t = Target{Goal: "burst: ≤ 2 Temporal history events per outbox event", Status: NotRun, Got: "needs Ferry on burst"}
+	if ws := res.workload(WorkloadBurst); ws != nil && ws.Ferry != nil && ws.Ferry.HistoryPerEvent > 0 {
+		t.Got = fmt.Sprintf("%.2f", ws.Ferry.HistoryPerEvent)
+		t.Status = status(ws.Ferry.HistoryPerEvent <= 2)
+	}
+	out = append(out, t)
+
+	t = Target{Goal: "commit: the outbox insert costs ≤ 15% of the producer's commit rate (NOTIFY on, as shipped)", Status: NotRun, Got: "needs the commit workload"}
+	if c := res.Commit; c != nil {
+		t.Got = fmt.Sprintf("%.0f%% (%s → %s commits/s; %.0f%% with NOTIFY off)", 100*c.OutboxCost, count(int(c.BusinessOnly)), count(int(c.WithOutbox)), 100*c.OutboxCostNoNotify)
+		t.Status = status(c.OutboxCost <= 0.15)
+	}
+	out = append(out, t)
+
+	t = Target{Goal: fmt.Sprintf("backlog: memory bounded while draining (peak RSS of the 2nd half ≤ %g× the 1st half, ferry and Temporal)", memoryGrowthLimit),
+		Status: NotRun, Got: "needs Ferry on backlog"}
+	if ws := res.workload(WorkloadBacklog); ws != nil && ws.Ferry != nil && ws.Ferry.MemoryGrowth > 0 {
+		t.Got = fmt.Sprintf("ferry ×%.2f (peak %.0f MiB), Temporal ×%.2f (peak %.0f MiB)", ws.Ferry.MemoryGrowth, ws.Ferry.RelayPeakMiB, ws.Ferry.TemporalMemoryGrowth, ws.Ferry.TemporalPeakMiB)
+		t.Status = status(ws.Ferry.MemoryGrowth <= memoryGrowthLimit && ws.Ferry.TemporalMemoryGrowth <= memoryGrowthLimit)
+	}
+	out = append(out, t)
+	return out
+}
+
+// WriteTable prints the results for people.
+func (res *Results) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "\nFerry (bin/ferry run + embedded Temporal) vs. a plain relay (SKIP LOCKED → confirms → mark).\n")
+	fmt.Fprintf(w, "Medians of %d run(s) per workload and system; %d CPUs (%s), load %s at start; took %s.\n",
+		res.Config.Reps, res.Machine.CPUs, res.Machine.CPUModel, res.Machine.LoadAtStart, clock(res.Duration.Round(time.Second)))
+
+	if len(res.Workloads) > 0 {
+		fmt.Fprintf(w, "\nThroughput and latency (commit → received by the consumer):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		bound := false
+		fmt.Fprintf(tw, "%-12s\t%-11s\tevents\tevents/s\tp50\tp95\tp99\tmax\tlost\tdup\tdisorder\t\n", "workload", "system")
+		for _, ws := range res.Workloads {
+			name := ws.Name
+			for _, sys := range []string{SystemFerry, SystemPlain} {
+				s := ws.system(sys)
+				if s == nil {
+					continue
+				}
+				eps := count(int(math.Round(s.Throughput)))
+				if s.producerBound() && !strings.HasPrefix(ws.Name, "steady") {
+					eps = "‡" + eps
+					bound = true
+				}
+				fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", name, sys, count(s.Events), eps,
+					dur(s.Latency.P50), dur(s.Latency.P95), dur(s.Latency.P99), dur(s.Latency.Max), s.Lost, s.Duplicates, s.OutOfOrder)
+				name = ""
+			}
+			if ws.Ferry != nil && ws.Plain != nil {
+				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", "ferry/plain", ws.ThroughputRatio, ws.P99Ratio)
+			}
+		}
+		tw.Flush()
+		if bound {
+			fmt.Fprintf(w, "  ‡ the relay finished within 25%% of the producer's own time: this is the producer's rate, not the relay's limit\n")
+		}
+
+		fmt.Fprintf(w, "\nCost per event (relay: the `ferry run` process, or the plain relay's; CPU over the run; peak RSS):\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		sampled := false
+		fmt.Fprintf(tw, "%-12s\t%-11s\thistory ev/event\twf tasks/event\tCPU s/1k ev relay\tCPU s/1k ev Temporal\tpeak MiB relay\tpeak MiB Temporal\t\n", "workload", "system")
+		for _, ws := range res.Workloads {
+			name := ws.Name
+			for _, sys := range []string{SystemFerry, SystemPlain} {
+				s := ws.system(sys)
+				if s == nil {
+					continue
+				}
+				hist, wft := "–", "–"
+				if s.HistoryPerEvent > 0 {
+					hist, wft = fmt.Sprintf("%.2f", s.HistoryPerEvent), fmt.Sprintf("%.2f", s.WorkflowTasksPerEvent)
+					if s.HistorySampled {
+						sampled = true
+						hist += "*"
+						wft += "*"
+					}
+				}
+				tcpu, tmem := "–", "–"
+				if s.TemporalPeakMiB > 0 {
+					tcpu, tmem = fmt.Sprintf("%.2f", s.TemporalCPUPer1k), fmt.Sprintf("%.0f", s.TemporalPeakMiB)
+				}
+				fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t\n", name, sys, hist, wft, s.RelayCPUPer1k, tcpu, s.RelayPeakMiB, tmem)
+				name = ""
+			}
+		}
+		tw.Flush()
+		if sampled {
+			fmt.Fprintf(w, "  * estimated from a uniform sample of %d aggregates per run (-history-sample)\n", res.Config.HistorySample)
+		}
+		fmt.Fprintf(w, "  History is read %s after the last event arrived; the idle completion of aggregate workflows still open then\n"+
+			"  (timer, one workflow task, completion: about 5 events per workflow run) is not in it. -settle 70s includes it.\n", res.Config.Settle)
+	}
+
+	if c := res.Commit; c != nil {
+		fmt.Fprintf(w, "\nProducer commit rate, %d clients, %gs per variant:\n", c.Clients, c.Seconds)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "%-48s\tcommits/s\tcost\t\n", "transaction")
+		fmt.Fprintf(tw, "%-48s\t%s\t\t\n", commitBusiness, count(int(c.BusinessOnly)))
+		fmt.Fprintf(tw, "%-48s\t%s\t%.0f%%\t\n", commitOutbox, count(int(c.WithOutbox)), 100*c.OutboxCost)
+		fmt.Fprintf(tw, "%-48s\t%s\t%.0f%%\t\n", commitNoNotify, count(int(c.WithOutboxNoNotify)), 100*c.OutboxCostNoNotify)
+		tw.Flush()
+	}
+
+	fmt.Fprintf(w, "\nTargets (issue 8):\n")
+	for _, t := range res.Targets {
+		fmt.Fprintf(w, "  %-7s  %s\n           got %s\n", t.Status, t.Goal, t.Got)
+	}
+	fmt.Fprintln(w)
+	if len(res.Problems) == 0 {
+		fmt.Fprintln(w, "Delivery checked: every committed event was received, in order within its aggregate.")
+	} else {
+		fmt.Fprintln(w, "DELIVERY FAILED:")
+		for _, p := range res.Problems {
+			fmt.Fprintf(w, "  - %s\n", p)
+		}
+	}
+}
+
+// producerBound: the relay finished within 25% of the producer's time, so
+// its throughput is the producer's.
+func (s *SystemSummary) producerBound() bool {
+	return s.ProducerRate > 0 && s.Throughput >= 0.8*s.ProducerRate
+}
+
+func (r RunResult) backlog() bool { return r.Workload == WorkloadBacklog }
+
+func (ws WorkloadSummary) system(name string) *SystemSummary {
+	if name == SystemFerry {
+		return ws.Ferry
+	}
+	return ws.Plain
+}
+
+// oneLine is a run's outcome for the progress output.
+func (r RunResult) oneLine() string {
+	s := fmt.Sprintf("%s events in %s: %s events/s, p50 %s, p99 %s; lost %d, duplicates %d, out of order %d",
+		count(r.Events), round(time.Duration(r.ElapsedSeconds*float64(time.Second))), count(int(math.Round(r.Throughput))),
+		dur(r.Latency.P50), dur(r.Latency.P99), r.Verdict.Lost, r.Verdict.Duplicates, r.Verdict.OutOfOrder)
+	if r.History != nil && r.Events > 0 {
+		s += fmt.Sprintf("; %.2f history events/event", r.History.Events/float64(r.Events))
+	}
+	if r.Problem != "" {
+		s += "; " + r.Problem
+	}
+	return s
+}
+
+// WriteJSON writes the results as indented JSON, with URLs' passwords
+// hidden.
+func (res *Results) WriteJSON(w io.Writer) error {
+	out := *res
+	out.Config.PostgresURL = redactURL(out.Config.PostgresURL)
+	out.Config.AMQPURL = redactURL(out.Config.AMQPURL)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// readMachine describes this machine from /proc.
+func readMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		m.MemoryMiB = int(statusKiB(b, "MemTotal:") >> 10)
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.LoadAtStart = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}

@@ -1,0 +1,554 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/ferry-outbox/ferry/outbox"
+)
+
+// namespace is the Temporal namespace of the bench's own server.
+const namespace = "default"
+
+// ferryReady is part of the line `ferry run` prints once its poller and
+// worker are up (internal/cli, serve).
+const ferryReady = "running:"
+
+// runner runs the benchmark: it owns the bench schema, the Temporal server
+// process, the consumer, and one relay process at a time.
+type runner struct {
+	cfg      Config
+	progress *progress
+
+	schemaURL string
+	pool      *pgxpool.Pool
+	prod      *producer
+	consumer  *Consumer
+
+	temporal     *child
+	temporalAddr string
+	tc           client.Client
+
+	seq int
+}
+
+// run runs every selected workload and returns the results. Problems with
+// the systems under test (lost events, a relay that dies) are in the
+// results; an error means the benchmark itself could not run.
+func (r *runner) run(ctx context.Context) (*Results, error) {
+	started := time.Now()
+	defer r.close()
+	if err := r.setup(ctx); err != nil {
+		return nil, err
+	}
+	res := &Results{Started: started, Machine: readMachine(), Config: r.cfg}
+	deliveries := r.deliveries()
+	if r.needTemporal() {
+		if err := r.startTemporal(ctx); err != nil {
+			return nil, err
+		}
+	}
+	steps := len(deliveries) * len(r.cfg.Systems) * r.cfg.Reps
+	if r.hasWorkload(WorkloadCommit) {
+		steps += 3 * r.cfg.Reps
+	}
+	r.progress.steps = steps
+
+	if r.hasWorkload(WorkloadCommit) {
+		c, err := r.commitRates(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Commit = c
+	}
+	for rep := 1; rep <= r.cfg.Reps; rep++ {
+		for _, w := range deliveries {
+			// Alternate which system goes first, so slow drift of the
+			// machine (other work, a growing Temporal database) does not
+			// always favour the same one.
+			systems := r.cfg.Systems
+			if rep%2 == 0 && len(systems) == 2 {
+				systems = []string{systems[1], systems[0]}
+			}
+			for _, sys := range systems {
+				run, err := r.runOne(ctx, shapeOf(w, r.cfg.Scale), sys, rep)
+				if err != nil {
+					return nil, err
+				}
+				res.Runs = append(res.Runs, run)
+			}
+		}
+	}
+	res.Duration = time.Since(started)
+	res.summarize()
+	return res, nil
+}
+
+func (r *runner) has(system string) bool { return slices.Contains(r.cfg.Systems, system) }
+
+func (r *runner) hasWorkload(w string) bool { return slices.Contains(r.cfg.Workloads, w) }
+
+// deliveries are the selected workloads that run a relay.
+func (r *runner) deliveries() []string {
+	var out []string
+	for _, w := range r.cfg.Workloads {
+		if w != WorkloadCommit {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func (r *runner) needTemporal() bool { return r.has(SystemFerry) && len(r.deliveries()) > 0 }
+
+// setup checks the binary, makes the bench schema with `ferry migrate`,
+// and starts the consumer.
+func (r *runner) setup(ctx context.Context) error {
+	if st, err := os.Stat(r.cfg.FerryBin); err != nil || st.IsDir() {
+		return fmt.Errorf("the ferry binary under test is not at %s: build it with `make build`, or pass -ferry-bin", r.cfg.FerryBin)
+	}
+	if st, err := os.Stat(r.cfg.TemporalBin); r.needTemporal() && (err != nil || st.IsDir()) {
+		return fmt.Errorf("the Temporal server binary is not at %s: build it with `make bench-bin`, or pass -temporal-bin", r.cfg.TemporalBin)
+	}
+	if err := os.MkdirAll(filepath.Join(r.cfg.OutDir, "logs"), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", r.cfg.OutDir, err)
+	}
+	r.progress.say("PostgreSQL: fresh schema %q in %s; `%s migrate` applies Ferry's tables", r.cfg.Schema, redactURL(r.cfg.PostgresURL), r.cfg.FerryBin)
+	admin, err := pgx.Connect(ctx, r.cfg.PostgresURL)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s did not answer (start it, or pass -postgres-url): %w", redactURL(r.cfg.PostgresURL), err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	ident := pgx.Identifier{r.cfg.Schema}.Sanitize()
+	if _, err := admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident+" CASCADE"); err != nil {
+		return fmt.Errorf("drop schema %s: %w", r.cfg.Schema, err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+ident); err != nil {
+		return fmt.Errorf("create schema %s: %w", r.cfg.Schema, err)
+	}
+	r.schemaURL = withSearchPath(r.cfg.PostgresURL, r.cfg.Schema)
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(mctx, r.cfg.FerryBin, "migrate")
+	cmd.Env = append(os.Environ(), "FERRY_POSTGRES_URL="+r.schemaURL)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s migrate: %w\n%s", r.cfg.FerryBin, err, out)
+	}
+	pcfg, err := pgxpool.ParseConfig(r.schemaURL)
+	if err != nil {
+		return fmt.Errorf("parse PostgreSQL URL: %w", err)
+	}
+	pcfg.MaxConns = int32(r.cfg.Clients + 4)
+	if r.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("open pool: %w", err)
+	}
+	if _, err := r.pool.Exec(ctx, sqlBenchTable); err != nil {
+		return fmt.Errorf("create bench table: %w", err)
+	}
+	w, err := outbox.NewWriter(outbox.Config{})
+	if err != nil {
+		return err
+	}
+	r.prod = &producer{pool: r.pool, writer: w, clients: r.cfg.Clients}
+	queue := fmt.Sprintf("%s.consumer.%d", r.cfg.Exchange, os.Getpid())
+	r.progress.say("RabbitMQ: exchange %q, counting consumer on queue %q", r.cfg.Exchange, queue)
+	if r.consumer, err = StartConsumer(r.cfg.AMQPURL, r.cfg.Exchange, queue); err != nil {
+		return fmt.Errorf("RabbitMQ at %s (start it, or pass -amqp-url): %w", redactURL(r.cfg.AMQPURL), err)
+	}
+	return nil
+}
+
+// startTemporal starts the embedded Temporal server in a process of its own
+// (cmd/ferry-bench-temporal) with a fresh SQLite file, as `ferry dev` keeps
+// it. A start can fail when another process takes one of the ports
+// the server picked: it is tried three times.
+func (r *runner) startTemporal(ctx context.Context) error {
+	db := filepath.Join(r.cfg.OutDir, "temporal.db")
+	for try := 1; ; try++ {
+		for _, f := range []string{db, db + "-wal", db + "-shm"} {
+			_ = os.Remove(f)
+		}
+		r.progress.say("Temporal: starting the embedded server (devserver, SQLite %s) in its own process…", db)
+		c, err := startChild("Temporal server", r.cfg.TemporalBin, nil,
+			[]string{TemporalDBEnv + "=" + db, TemporalLogEnv + "=" + filepath.Join(r.cfg.OutDir, "logs", "temporal-server.log")},
+			filepath.Join(r.cfg.OutDir, "logs", "temporal.log"), TemporalReady)
+		if err != nil {
+			return err
+		}
+		line, err := c.waitReady(ctx, 3*time.Minute)
+		if err == nil {
+			r.temporal = c
+			r.temporalAddr = strings.TrimSpace(line[strings.Index(line, TemporalReady)+len(TemporalReady):])
+			break
+		}
+		_ = c.stop(5 * time.Second)
+		if try == 3 || ctx.Err() != nil {
+			return err
+		}
+		r.progress.say("Temporal: did not start (%v); trying again", err)
+	}
+	tc, err := client.DialContext(ctx, client.Options{HostPort: r.temporalAddr, Namespace: namespace,
+		Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		return fmt.Errorf("dial Temporal at %s: %w", r.temporalAddr, err)
+	}
+	r.tc = tc
+	r.progress.say("Temporal: ready on %s (pid %d)", r.temporalAddr, r.temporal.pid())
+	return nil
+}
+
+func (r *runner) close() {
+	if r.consumer != nil {
+		r.consumer.Close()
+	}
+	if r.tc != nil {
+		r.tc.Close()
+	}
+	if r.temporal != nil {
+		if err := r.temporal.stop(30 * time.Second); err != nil {
+			r.progress.say("Temporal: %v", err)
+		}
+	}
+	if r.pool != nil {
+		r.pool.Close()
+	}
+}
+
+// truncate empties the outbox and the bench table, so every run starts on
+// the same, empty tables.
+func (r *runner) truncate(ctx context.Context) error {
+	if _, err := r.pool.Exec(ctx, "TRUNCATE outbox_events, outbox_aggregates, bench_orders"); err != nil {
+		return fmt.Errorf("truncate bench tables: %w", err)
+	}
+	return nil
+}
+
+// Commit-rate variants.
+const (
+	commitBusiness = "business row only"
+	commitOutbox   = "+ outbox insert (NOTIFY trigger on, as shipped)"
+	commitNoNotify = "+ outbox insert, NOTIFY trigger disabled"
+)
+
+// commitRates measures the producer's commit rate in three variants, each
+// rep in a rotated order, with no relay running.
+func (r *runner) commitRates(ctx context.Context) (*CommitSummary, error) {
+	variants := []string{commitBusiness, commitOutbox, commitNoNotify}
+	samples := map[string][]float64{}
+	for rep := 1; rep <= r.cfg.Reps; rep++ {
+		for i := range variants {
+			v := variants[(i+rep-1)%len(variants)]
+			r.progress.step("commit · rep %d/%d: %d clients, %s, for %s", rep, r.cfg.Reps, r.cfg.Clients, v, r.cfg.CommitDuration)
+			if err := r.truncate(ctx); err != nil {
+				return nil, err
+			}
+			if v == commitNoNotify {
+				if _, err := r.pool.Exec(ctx, "ALTER TABLE outbox_events DISABLE TRIGGER outbox_events_notify"); err != nil {
+					return nil, fmt.Errorf("disable the NOTIFY trigger: %w", err)
+				}
+			}
+			r.seq++
+			rate, err := r.prod.commitRate(ctx, r.cfg.CommitDuration, fmt.Sprintf("r%d_commit", r.seq), v != commitBusiness)
+			if v == commitNoNotify {
+				if _, err := r.pool.Exec(context.WithoutCancel(ctx), "ALTER TABLE outbox_events ENABLE TRIGGER outbox_events_notify"); err != nil {
+					return nil, fmt.Errorf("enable the NOTIFY trigger again: %w", err)
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+			samples[v] = append(samples[v], rate)
+			r.progress.done("%s commits/s", count(int(rate)))
+		}
+	}
+	if err := r.truncate(ctx); err != nil {
+		return nil, err
+	}
+	c := &CommitSummary{Clients: r.cfg.Clients, Seconds: r.cfg.CommitDuration.Seconds(),
+		BusinessOnly: Median(samples[commitBusiness]), WithOutbox: Median(samples[commitOutbox]),
+		WithOutboxNoNotify: Median(samples[commitNoNotify]),
+		Samples:            map[string][]float64{"business_only": samples[commitBusiness], "with_outbox": samples[commitOutbox], "with_outbox_no_notify": samples[commitNoNotify]}}
+	c.OutboxCost = 1 - c.WithOutbox/c.BusinessOnly
+	c.OutboxCostNoNotify = 1 - c.WithOutboxNoNotify/c.BusinessOnly
+	return c, nil
+}
+
+// startSystem starts the system under test in its own process and waits
+// until it is ready.
+func (r *runner) startSystem(ctx context.Context, system string, seq int) (*child, error) {
+	logPath := filepath.Join(r.cfg.OutDir, "logs", fmt.Sprintf("run%02d-%s.log", seq, system))
+	var c *child
+	var err error
+	var ready string
+	switch system {
+	case SystemFerry:
+		ready = ferryReady
+		c, err = startChild("ferry run", r.cfg.FerryBin, []string{"run"}, []string{
+			"FERRY_POSTGRES_URL=" + r.schemaURL,
+			"FERRY_AMQP_URL=" + r.cfg.AMQPURL,
+			"FERRY_TEMPORAL_ADDRESS=" + r.temporalAddr,
+			"FERRY_TEMPORAL_NAMESPACE=" + namespace,
+			"FERRY_EXCHANGE=" + r.cfg.Exchange,
+			// A task queue of its own: workflows of earlier runs, idle
+			// until their timeout, never take this run's worker's time.
+			fmt.Sprintf("FERRY_TASK_QUEUE=ferry-bench-%d", seq),
+			"FERRY_NO_SCHEDULES=true",
+			"FERRY_LOG_LEVEL=warn",
+		}, logPath, ready)
+	case SystemPlain:
+		ready = relayReady
+		c, err = startChild("plain relay", r.cfg.Self, nil, []string{
+			RoleEnv + "=" + RoleRelay,
+			relayPostgresEnv + "=" + r.schemaURL,
+			relayAMQPEnv + "=" + r.cfg.AMQPURL,
+			relayExchangeEnv + "=" + r.cfg.Exchange,
+			fmt.Sprintf("%s=%d", relayBatchEnv, r.cfg.RelayBatchSize),
+		}, logPath, ready)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.waitReady(ctx, 2*time.Minute); err != nil {
+		_ = c.stop(5 * time.Second)
+		return nil, err
+	}
+	return c, nil
+}
+
+// memPoint is one sample of the relay's (and Temporal's) memory during a
+// run, against how many events had arrived.
+type memPoint struct {
+	Received    int     `json:"received"`
+	RelayMiB    float64 `json:"relay_mib"`
+	TemporalMiB float64 `json:"temporal_mib,omitempty"`
+}
+
+// runOne runs one workload once on one system.
+func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (RunResult, error) {
+	r.seq++
+	seq := r.seq
+	aggType := fmt.Sprintf("r%d_%s_%s", seq, s.name, system)
+	res := RunResult{Workload: s.name, System: system, Rep: rep, AggregateType: aggType}
+	r.progress.step("%s · %s · rep %d/%d: %s", s.name, system, rep, r.cfg.Reps, s.what)
+	if err := r.truncate(ctx); err != nil {
+		return res, err
+	}
+	tally := NewTally(aggType)
+	r.consumer.Count(tally)
+	commits := newCommits()
+
+	if s.backlog {
+		r.progress.say("committing the backlog with the relay stopped…")
+		if err := r.prod.produce(ctx, s, aggType, commits); err != nil {
+			return res, err
+		}
+		r.progress.say("committed %s events in %s; starting %s", count(commits.events()), round(commits.last.Sub(commits.first)), system)
+	}
+	sys, err := r.startSystem(ctx, system, seq)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = sys.stop(30 * time.Second) }()
+	readyAt := time.Now()
+
+	var temporalPid int
+	if system == SystemFerry && r.temporal != nil {
+		temporalPid = r.temporal.pid()
+		if err := ResetPeak(temporalPid); err != nil {
+			r.progress.say("Temporal peak memory covers the whole bench: %v", err)
+		}
+	}
+	sysStart, err := ReadProc(sys.pid())
+	if err != nil {
+		return res, err
+	}
+	var tempStart ProcSample
+	if temporalPid != 0 {
+		if tempStart, err = ReadProc(temporalPid); err != nil {
+			return res, err
+		}
+	}
+
+	// Memory samples, every 500 ms, for the backlog's bounded-memory check;
+	// read after the sampler ended.
+	var mem []memPoint
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sleepCtx(sampleCtx, 500*time.Millisecond) {
+			p := memPoint{Received: tally.Received()}
+			if ps, err := ReadProc(sys.pid()); err == nil {
+				p.RelayMiB = mib(ps.RSS)
+			}
+			if temporalPid != 0 {
+				if ps, err := ReadProc(temporalPid); err == nil {
+					p.TemporalMiB = mib(ps.RSS)
+				}
+			}
+			mem = append(mem, p)
+		}
+	}()
+
+	produced := make(chan error, 1)
+	prodCtx, stopProducing := context.WithCancel(ctx)
+	defer stopProducing()
+	if s.backlog {
+		produced <- nil
+	} else {
+		go func() {
+			if s.rate > 0 {
+				produced <- r.prod.produceSteady(prodCtx, s, r.cfg.SteadyDuration, aggType, commits)
+			} else {
+				produced <- r.prod.produce(prodCtx, s, aggType, commits)
+			}
+		}()
+	}
+
+	planned := s.events(r.cfg.SteadyDuration)
+	var produceErr error
+	producing := true
+	lastCount, lastChange := 0, time.Now()
+	stalled := false
+	for {
+		if producing {
+			select {
+			case produceErr = <-produced:
+				producing = false
+				lastChange = time.Now()
+			default:
+			}
+		}
+		got := tally.Received()
+		if got != lastCount {
+			lastCount, lastChange = got, time.Now()
+		}
+		want := commits.events()
+		r.progress.update(got, want, planned, producing, time.Since(readyAt))
+		if !producing && (produceErr != nil || got >= want) {
+			break
+		}
+		if !producing && time.Since(lastChange) > r.cfg.StallTimeout {
+			stalled = true
+			break
+		}
+		if sys.exited() {
+			break
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return res, ctx.Err()
+		}
+	}
+	if producing {
+		// The relay died mid-run: the producer's commits would spill into
+		// the next run.
+		stopProducing()
+		<-produced
+	}
+	sysEnd, errSys := ReadProc(sys.pid())
+	var tempEnd ProcSample
+	if temporalPid != 0 {
+		tempEnd, _ = ReadProc(temporalPid)
+	}
+	stopSampling()
+	<-sampled
+	if produceErr != nil {
+		return res, fmt.Errorf("%s · %s: producer: %w", s.name, system, produceErr)
+	}
+
+	verdict, lat, last := tally.Check(commits.at)
+	res.Events = len(commits.at)
+	res.Transactions = commits.transactions
+	res.ProduceSeconds = commits.last.Sub(commits.first).Seconds()
+	start := commits.first
+	if s.backlog {
+		start = readyAt
+	}
+	if !last.IsZero() {
+		res.ElapsedSeconds = last.Sub(start).Seconds()
+		res.Throughput = float64(res.Events-verdict.Lost) / res.ElapsedSeconds
+	}
+	res.Latency = Summarize(lat)
+	res.latencies = lat
+	res.Verdict = verdict
+	if errSys == nil {
+		res.Relay = procFigures(sysStart, sysEnd, res.Events)
+	}
+	if temporalPid != 0 {
+		f := procFigures(tempStart, tempEnd, res.Events)
+		res.Temporal = &f
+	}
+	if s.backlog {
+		res.Memory = mem
+	}
+	switch {
+	case sys.exited():
+		res.Problem = fmt.Sprintf("%s exited during the run; see %s", sys.name, sys.log.Name())
+	case stalled:
+		res.Problem = fmt.Sprintf("nothing arrived for %s: stopped waiting with %s of %s events received", r.cfg.StallTimeout, count(tally.Received()), count(res.Events))
+	}
+
+	if system == SystemFerry && r.tc != nil {
+		r.progress.say("reading Temporal histories of this run's aggregate workflows…")
+		// The last workflow tasks complete just after the last publish.
+		sleepCtx(ctx, r.cfg.Settle)
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		h, err := countHistory(hctx, r.tc, aggType, s.aggregateIDs(res.Events), r.cfg.HistorySample)
+		cancel()
+		if err != nil {
+			r.progress.say("could not count histories: %v", err)
+		} else {
+			res.History = &h
+		}
+	}
+	if err := sys.stop(30 * time.Second); err != nil {
+		r.progress.say("%v", err)
+	}
+	r.progress.done("%s", res.oneLine())
+	return res, nil
+}
+
+func procFigures(start, end ProcSample, events int) ProcFigures {
+	cpu := (end.CPU - start.CPU).Seconds()
+	f := ProcFigures{CPUSeconds: cpu, PeakMiB: mib(end.PeakRSS)}
+	if events > 0 {
+		f.CPUPer1k = cpu / float64(events) * 1000
+	}
+	return f
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// withSearchPath returns rawURL with its connections' search_path set.
+func withSearchPath(rawURL, schema string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	return u.Redacted()
+}
