@@ -5,8 +5,10 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/converter"
 	"golang.org/x/term"
 
+	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/internal/status"
 )
 
@@ -14,7 +16,7 @@ func statusCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "One screen: backlog, throughput, blocked aggregates with repair commands, maintenance runs",
+		Short: "One screen: backlog, throughput, blocked aggregates with repair commands, effects waiting on reconciliation, maintenance runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -23,7 +25,16 @@ func statusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeAll()
-			snap, err := status.Collect(ctx, pool, c, cfg.Namespace, cfg.TaskQueue)
+			// Memos are sealed by the payload codec when one is set.
+			var dc converter.DataConverter
+			cdc, err := cfg.Codec()
+			if err != nil {
+				return err
+			}
+			if cdc != nil {
+				dc = codec.DataConverter(cdc)
+			}
+			snap, err := status.Collect(ctx, pool, c, dc, cfg.Namespace, cfg.TaskQueue)
 			if err != nil {
 				return err
 			}

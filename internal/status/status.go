@@ -5,14 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
+	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -27,8 +31,16 @@ type Snapshot struct {
 	PublishedLastMinute int64     `json:"published_last_minute"`
 	PublishedLastHour   int64     `json:"published_last_hour"`
 	Blocked             []Blocked `json:"blocked"`
-	Retention           *Run      `json:"retention,omitempty"`
-	Reconcile           *Run      `json:"reconcile,omitempty"`
+	// EffectsWaiting are effect workflows (payments, e-mails) whose outcome
+	// is unknown: reconciling on their own, or escalated to an operator.
+	// Oldest first; at most the first 1000 running effect workflows are
+	// looked at (EffectsTruncated).
+	EffectsWaiting   []EffectWaiting `json:"effects_waiting"`
+	EffectsTruncated bool            `json:"effects_truncated,omitempty"`
+	// Retention and Reconcile are the maintenance schedules with the result
+	// of their last completed run.
+	Retention *Run[workflows.RetentionResult] `json:"retention,omitempty"`
+	Reconcile *Run[workflows.ReconcileResult] `json:"reconcile,omitempty"`
 }
 
 // StatusCount is the backlog of one status.
@@ -47,10 +59,28 @@ type Blocked struct {
 	Since      time.Time `json:"since"`
 }
 
-// Run is the last run of a maintenance schedule.
-type Run struct {
-	Last time.Time `json:"last,omitempty"`
-	Next time.Time `json:"next,omitempty"`
+// EffectWaiting is one effect workflow whose outcome is unknown.
+type EffectWaiting struct {
+	WorkflowID   string `json:"workflow_id"`
+	WorkflowType string `json:"workflow_type"`
+	// Phase is effects.PhaseReconciling (it looks the outcome up on its
+	// own) or effects.PhaseEscalated (it waits for an operator).
+	Phase string `json:"phase"`
+	// Key is the effect's idempotency key.
+	Key string `json:"key,omitempty"`
+	// ErrorClass of an escalated effect (PaymentUnknown, EmailAmbiguous).
+	ErrorClass string `json:"error_class,omitempty"`
+	// Since: escalated since, or the outcome unknown since; zero when the
+	// workflow's memo could not be read (encrypted with another key).
+	Since time.Time `json:"since,omitzero"`
+}
+
+// Run is a maintenance schedule: its last and next run, and the result of
+// the last completed run (nil when none completed, or it could not be read).
+type Run[T any] struct {
+	Last   time.Time `json:"last,omitempty"`
+	Next   time.Time `json:"next,omitempty"`
+	Result *T        `json:"result,omitempty"`
 }
 
 const sqlBacklog = `
@@ -66,9 +96,25 @@ SELECT count(*) FILTER (WHERE published_at > now() - interval '1 minute'),
        count(*)
 FROM outbox_events WHERE status = 'published' AND published_at > now() - interval '1 hour'`
 
-// Collect reads a Snapshot from PostgreSQL and Temporal.
-func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, namespace, taskQueue string) (Snapshot, error) {
-	s := Snapshot{At: time.Now().UTC(), Namespace: namespace, TaskQueue: taskQueue}
+// effectTypes are the workflow types of the built-in effects, which keep
+// their phase in the memo effects.MemoKey.
+var effectTypes = []string{effects.PaymentWorkflowName, effects.EmailWorkflowName}
+
+// maxEffectPages bounds the running effect workflows Collect looks at;
+// maxEffectLines the ones Render shows.
+const (
+	maxEffectPages = 10
+	maxEffectLines = 20
+)
+
+// Collect reads a Snapshot from PostgreSQL and Temporal. dc decodes memos
+// (the client's data converter, with Ferry's payload codec when one is
+// configured); nil means the default converter.
+func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc converter.DataConverter, namespace, taskQueue string) (Snapshot, error) {
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
+	s := Snapshot{At: time.Now().UTC(), Namespace: namespace, TaskQueue: taskQueue, Blocked: []Blocked{}}
 	rows, err := pool.Query(ctx, sqlBacklog)
 	if err != nil {
 		return s, fmt.Errorf("read backlog: %w", err)
@@ -88,8 +134,9 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, namespace
 	}
 	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 		Namespace: namespace,
-		Query:     workflows.SABlocked + " = true AND ExecutionStatus = 'Running'",
-		PageSize:  100,
+		// Escalated effects set FerryBlocked too; they are listed below.
+		Query:    fmt.Sprintf("%s = true AND ExecutionStatus = 'Running' AND WorkflowType = '%s'", workflows.SABlocked, workflows.AggregateWorkflowName),
+		PageSize: 100,
 	})
 	if err != nil {
 		return s, fmt.Errorf("list blocked workflows: %w", err)
@@ -105,22 +152,102 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, namespace
 		}
 		s.Blocked = append(s.Blocked, b)
 	}
-	s.Retention = lastRun(ctx, c, workflows.RetentionScheduleID+"/"+taskQueue)
-	s.Reconcile = lastRun(ctx, c, workflows.ReconcileScheduleID+"/"+taskQueue)
+	if s.EffectsWaiting, s.EffectsTruncated, err = effectsWaiting(ctx, c, dc, namespace); err != nil {
+		return s, err
+	}
+	s.Retention = lastRun[workflows.RetentionResult](ctx, c, workflows.RetentionScheduleID+"/"+taskQueue)
+	s.Reconcile = lastRun[workflows.ReconcileResult](ctx, c, workflows.ReconcileScheduleID+"/"+taskQueue)
 	return s, nil
 }
 
-func lastRun(ctx context.Context, c client.Client, id string) *Run {
+// effectsWaiting lists running effect workflows that are reconciling
+// (memo) or escalated (FerryBlocked, in clear even with a codec).
+func effectsWaiting(ctx context.Context, c client.Client, dc converter.DataConverter, namespace string) ([]EffectWaiting, bool, error) {
+	query := fmt.Sprintf("WorkflowType IN ('%s') AND ExecutionStatus = 'Running'", strings.Join(effectTypes, "', '"))
+	out := []EffectWaiting{}
+	var token []byte
+	for range maxEffectPages {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: namespace, Query: query, PageSize: 100, NextPageToken: token,
+		})
+		if err != nil {
+			return out, false, fmt.Errorf("list effect workflows: %w", err)
+		}
+		for _, ex := range resp.Executions {
+			w := EffectWaiting{WorkflowID: ex.GetExecution().GetWorkflowId(), WorkflowType: ex.GetType().GetName()}
+			var memo struct {
+				Phase        string    `json:"phase"`
+				Key          string    `json:"key"`
+				UnknownSince time.Time `json:"unknown_since"`
+			}
+			if p, ok := ex.GetMemo().GetFields()[effects.MemoKey]; ok {
+				_ = dc.FromPayload(p, &memo) // unreadable: judged by the search attributes alone
+			}
+			w.Phase, w.Key, w.Since = memo.Phase, memo.Key, memo.UnknownSince
+			fields := ex.GetSearchAttributes().GetIndexedFields()
+			var blocked bool
+			if p, ok := fields[workflows.SABlocked]; ok {
+				_ = json.Unmarshal(p.GetData(), &blocked)
+			}
+			if blocked {
+				w.Phase, w.Since = effects.PhaseEscalated, time.Time{}
+				for name, dst := range map[string]any{workflows.SAErrorClass: &w.ErrorClass, workflows.SABlockedSince: &w.Since} {
+					if p, ok := fields[name]; ok {
+						_ = json.Unmarshal(p.GetData(), dst)
+					}
+				}
+			}
+			if w.Phase == effects.PhaseReconciling || w.Phase == effects.PhaseEscalated {
+				out = append(out, w)
+			}
+		}
+		token = resp.NextPageToken
+		if len(token) == 0 {
+			break
+		}
+	}
+	// Escalated first (they need a person), then the oldest.
+	slices.SortStableFunc(out, func(a, b EffectWaiting) int {
+		if ea, eb := a.Phase == effects.PhaseEscalated, b.Phase == effects.PhaseEscalated; ea != eb {
+			if ea {
+				return -1
+			}
+			return 1
+		}
+		return a.Since.Compare(b.Since)
+	})
+	return out, len(token) > 0, nil
+}
+
+// lastRun describes a schedule and reads the result of its latest
+// completed run (a run still going is skipped).
+func lastRun[T any](ctx context.Context, c client.Client, id string) *Run[T] {
 	d, err := c.ScheduleClient().GetHandle(ctx, id).Describe(ctx)
 	if err != nil {
 		return nil
 	}
-	r := &Run{}
-	if n := len(d.Info.RecentActions); n > 0 {
-		r.Last = d.Info.RecentActions[n-1].ActualTime
+	r := &Run[T]{}
+	actions := d.Info.RecentActions
+	if n := len(actions); n > 0 {
+		r.Last = actions[n-1].ActualTime
 	}
 	if len(d.Info.NextActionTimes) > 0 {
 		r.Next = d.Info.NextActionTimes[0]
+	}
+	for i := len(actions) - 1; i >= 0 && i >= len(actions)-3; i-- {
+		started := actions[i].StartWorkflowResult
+		if started == nil {
+			continue
+		}
+		desc, err := c.DescribeWorkflowExecution(ctx, started.WorkflowID, started.FirstExecutionRunID)
+		if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			continue
+		}
+		var res T
+		if err := c.GetWorkflow(ctx, started.WorkflowID, started.FirstExecutionRunID).Get(ctx, &res); err == nil {
+			r.Result = &res
+		}
+		break
 	}
 	return r
 }
@@ -161,11 +288,71 @@ func Render(w io.Writer, s Snapshot, color bool) {
 		fmt.Fprintln(w, "  (first 100; `ferry blocked` lists all)")
 	}
 
+	fmt.Fprintf(w, "\n%sEffects waiting on reconciliation%s (outcome unknown)\n", bold, reset)
+	if len(s.EffectsWaiting) == 0 {
+		fmt.Fprintf(w, "  %snone%s\n", green, reset)
+	}
+	for i, e := range s.EffectsWaiting {
+		if i == maxEffectLines {
+			fmt.Fprintf(w, "  (%d more; `ferry status --json` lists all)\n", len(s.EffectsWaiting)-i)
+			break
+		}
+		known := !e.Since.IsZero()
+		if e.Phase != effects.PhaseEscalated {
+			since := ""
+			if known {
+				since = " for " + age(s.At.Sub(e.Since))
+			}
+			fmt.Fprintf(w, "  %s%s%s reconciling, outcome unknown%s: it looks the outcome up itself; nothing to do yet\n", yellow, e.WorkflowID, reset, since)
+			continue
+		}
+		since := ""
+		if known {
+			since = " " + age(s.At.Sub(e.Since)) + " ago"
+		}
+		fmt.Fprintf(w, "  %s%s%s escalated (%s)%s, waiting for an operator\n", red, e.WorkflowID, reset, e.ErrorClass, since)
+		fmt.Fprintf(w, "    see what it knows:  temporal workflow query --workflow-id '%s' --type %s\n", e.WorkflowID, effects.StateQuery)
+		fmt.Fprintf(w, "    decide:             temporal workflow signal --workflow-id '%s' --name %s \\\n", e.WorkflowID, effects.ResolveSignal)
+		fmt.Fprintf(w, "                          --input '{\"action\":\"succeeded|failed|resend|lookup\",\"actor\":\"<you>\",\"reason\":\"…\"}'\n")
+	}
+	if s.EffectsTruncated {
+		fmt.Fprintln(w, "  (among the first 1000 running effect workflows; the Temporal UI lists all: FerryBlocked = true)")
+	}
+
 	fmt.Fprintf(w, "\n%sMaintenance%s\n", bold, reset)
-	fmt.Fprintf(w, "  retention: %s\n  reconcile: %s\n", s.Retention.describe(s.At), s.Reconcile.describe(s.At))
+	fmt.Fprintf(w, "  retention: %s\n", s.Retention.describe(s.At, retentionSummary))
+	fmt.Fprintf(w, "  reconcile: %s\n", s.Reconcile.describe(s.At, reconcileSummary))
+	if r := s.Reconcile; r != nil && r.Result != nil && r.Result.Drift != nil {
+		for i, d := range r.Result.Drift.Drifted {
+			if i == 5 {
+				fmt.Fprintf(w, "    (%d more in the last ferry.Reconcile run's result)\n", len(r.Result.Drift.Drifted)-i)
+				break
+			}
+			fmt.Fprintf(w, "    %s%s%s %s: %s\n      %s\n", yellow, d.WorkflowID, reset, d.Kind, d.Differs, d.Action)
+		}
+	}
 }
 
-func (r *Run) describe(now time.Time) string {
+func retentionSummary(r workflows.RetentionResult) string {
+	s := fmt.Sprintf("deleted %d delivered rows", r.Deleted)
+	if r.PayloadsPurged > 0 {
+		s += fmt.Sprintf(", blanked %d payloads", r.PayloadsPurged)
+	}
+	return s
+}
+
+func reconcileSummary(r workflows.ReconcileResult) string {
+	s := fmt.Sprintf("re-dispatched %d rows", r.Redispatched)
+	if d := r.Drift; d != nil {
+		s += fmt.Sprintf("; drift check: %d of %d sampled aggregates drifted", len(d.Drifted), d.Sampled)
+		if d.Unchecked > 0 {
+			s += fmt.Sprintf(", %d did not answer", d.Unchecked)
+		}
+	}
+	return s
+}
+
+func (r *Run[T]) describe(now time.Time, summary func(T) string) string {
 	if r == nil {
 		return "no schedule (a worker with schedules on creates it)"
 	}
@@ -178,7 +365,11 @@ func (r *Run) describe(now time.Time) string {
 	if !r.Next.IsZero() {
 		parts = append(parts, "next in "+age(r.Next.Sub(now)))
 	}
-	return strings.Join(parts, ", ")
+	out := strings.Join(parts, ", ")
+	if r.Result != nil {
+		out += "; last completed: " + summary(*r.Result)
+	}
+	return out
 }
 
 func age(d time.Duration) string {

@@ -2,6 +2,7 @@ package status_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/status"
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -31,7 +33,21 @@ func snapshot() status.Snapshot {
 			WorkflowID: "ferry/order/42", EventID: "01a22c33-9c08-79d1-8323-db06efa6e315",
 			EventType: "paid", ErrorClass: "Unroutable", Since: at.Add(-2 * time.Hour),
 		}},
-		Retention: &status.Run{Last: at.Add(-12 * time.Minute), Next: at.Add(48 * time.Minute)},
+		EffectsWaiting: []status.EffectWaiting{
+			{WorkflowID: "ferry-effect/charge/01a22c33-9c08-79d1-8323-db06efa6e300", WorkflowType: "ferry.effects.Payment",
+				Phase: "escalated", ErrorClass: "PaymentUnknown", Since: at.Add(-3 * time.Hour)},
+			{WorkflowID: "ferry-effect/charge/01a22c40-0000-7000-8000-000000000001", WorkflowType: "ferry.effects.Payment",
+				Phase: "reconciling", Key: "ferry/charge/01a22c40-0000-7000-8000-000000000001/charge", Since: at.Add(-4 * time.Minute)},
+		},
+		Retention: &status.Run[workflows.RetentionResult]{Last: at.Add(-12 * time.Minute), Next: at.Add(48 * time.Minute),
+			Result: &workflows.RetentionResult{Deleted: 1520, PayloadsPurged: 300, Batches: 4}},
+		Reconcile: &status.Run[workflows.ReconcileResult]{Last: at.Add(-2 * time.Minute), Next: at.Add(3 * time.Minute),
+			Result: &workflows.ReconcileResult{Checked: 1, Redispatched: 3, Aggregates: []string{"ferry/order/7"},
+				Drift: &workflows.DriftResult{Sampled: 50, Drifted: []workflows.Drift{{
+					WorkflowID: "ferry/order/9", Kind: workflows.DriftWorkflowAhead,
+					Differs: "the running workflow has delivered 4, outbox_aggregates.delivered_version says 2",
+					Action:  "delivered_version moved back (a restore, a manual update?)…",
+				}}}}},
 	}
 }
 
@@ -64,6 +80,15 @@ func TestRenderColourOnlyWhenAsked(t *testing.T) {
 	status.Render(&colour, snapshot(), true)
 	require.NotContains(t, plain.String(), "\x1b[")
 	require.Contains(t, colour.String(), "\x1b[31mferry/order/42")
+	require.Contains(t, colour.String(), "\x1b[31mferry-effect/charge/01a22c33", "escalated effects in red")
+	require.Contains(t, colour.String(), "\x1b[33mferry-effect/charge/01a22c40", "reconciling ones in yellow")
+}
+
+// --json carries everything the screen shows, for scripts.
+func TestSnapshotJSON(t *testing.T) {
+	raw, err := json.MarshalIndent(snapshot(), "", "  ")
+	require.NoError(t, err)
+	golden(t, "status.json.golden", append(raw, '\n'))
 }
 
 func TestMain(m *testing.M) {
