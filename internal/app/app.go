@@ -202,6 +202,7 @@ func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *brok
 	if !cfg.NoSchedules {
 		wc.Schedules = &worker.Schedules{
 			Retention: workflows.RetentionInput{RowAge: cfg.RowRetention, PayloadAge: cfg.PayloadRetention},
+			Reconcile: workflows.ReconcileInput{DriftSample: cfg.DriftSample},
 		}
 	}
 	return wc, nil

@@ -118,6 +118,8 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 		{"task queue with a slash", app.Config{TaskQueue: "a/b"}, []string{"task queue", `"a/b"`}},
 		{"task queue too long", app.Config{TaskQueue: strings.Repeat("q", 201)}, []string{"task queue"}},
 		{"negative batch size", app.Config{BatchSize: -1}, []string{"batch size"}},
+		{"drift sample too large", app.Config{DriftSample: 1001}, []string{"drift sample 1001", "-1 for no drift check"}},
+		{"drift sample below -1", app.Config{DriftSample: -2}, []string{"drift sample -2"}},
 		{"unknown exporter", app.Config{OTelExporter: "zipkin"}, []string{`exporter "zipkin"`, "otlp-grpc"}},
 		{"endpoint not a URL", app.Config{OTelExporter: "otlp-http", OTelEndpoint: "collector:4318"}, []string{`endpoint "collector:4318"`}},
 	}

@@ -68,6 +68,11 @@ type Config struct {
 	// NoSchedules: workers leave the retention and reconcile schedules
 	// alone. Default false: every worker keeps them in place (idempotent).
 	NoSchedules bool
+	// DriftSample is how many of the most recently active aggregates each
+	// reconcile run compares with their workflows' state. Default 0:
+	// workflows.DefaultDriftSample (50); -1 turns the check off; at most
+	// workflows.MaxDriftSample (1000).
+	DriftSample int
 	// OTelExporter sends Ferry's spans (ferry.dispatch, Temporal's workflow
 	// and activity spans, ferry.publish) to an OpenTelemetry collector:
 	// "otlp-grpc", "otlp-http", or "otlp" (the protocol named by
@@ -154,6 +159,10 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.PublishBatchSize < -1 || c.PublishBatchSize > 1000 {
 		return c, fmt.Errorf("publish batch size %d: use 1 to 1000, 0 for the default, or -1 for one activity per event", c.PublishBatchSize)
+	}
+	if c.DriftSample < -1 || c.DriftSample > workflows.MaxDriftSample {
+		return c, fmt.Errorf("drift sample %d: use 1 to %d aggregates, 0 for the default (%d), or -1 for no drift check",
+			c.DriftSample, workflows.MaxDriftSample, workflows.DefaultDriftSample)
 	}
 	if c.WorkflowTaskPollers != 0 && c.WorkflowTaskPollers < 2 {
 		return c, fmt.Errorf("workflow task pollers %d: must be at least 2", c.WorkflowTaskPollers)

@@ -76,6 +76,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.StringArrayVar(&g.policies, "policy", envList("FERRY_POLICY"), "retries and poison handling of an event type, TYPE:max-attempts=N,on-poison=block|skip; TYPE * for the rest (repeatable; FERRY_POLICY, ';'-separated)")
 	f.DurationVar(&g.cfg.RowRetention, "retention", envDuration("FERRY_RETENTION", 720*time.Hour), "delivered rows older than this are deleted by the retention schedule (FERRY_RETENTION)")
 	f.DurationVar(&g.cfg.PayloadRetention, "payload-retention", envDuration("FERRY_PAYLOAD_RETENTION", 0), "blank payloads of delivered rows older than this, keeping identity and timestamps; 0: keep (FERRY_PAYLOAD_RETENTION)")
+	f.IntVar(&g.cfg.DriftSample, "drift-sample", envInt("FERRY_DRIFT_SAMPLE", 0), "aggregates each reconcile run compares with their workflows; 0: 50, -1: no drift check (FERRY_DRIFT_SAMPLE)")
 	f.BoolVar(&g.cfg.NoSchedules, "no-schedules", env("FERRY_NO_SCHEDULES", "") == "true", "workers leave the retention and reconcile schedules alone (FERRY_NO_SCHEDULES=true)")
 	f.StringVar(&g.cfg.MetricsAddress, "metrics-address", env("FERRY_METRICS_ADDRESS", ""), "serve Prometheus /metrics on host:port; empty: off (FERRY_METRICS_ADDRESS)")
 	f.StringVar(&g.cfg.OTelExporter, "otel-exporter", env("FERRY_OTEL_EXPORTER", "none"), "export traces: none, otlp-grpc, otlp-http, or otlp (protocol from OTEL_EXPORTER_OTLP_PROTOCOL) (FERRY_OTEL_EXPORTER)")
