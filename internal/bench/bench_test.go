@@ -318,6 +318,22 @@ func TestCDFPoints(t *testing.T) {
 	require.Len(t, cdfPoints(make([]time.Duration, 1000), 50), 50)
 }
 
+func TestDurationTicks(t *testing.T) {
+	t.Parallel()
+	labels := func(lo, hi float64) []string {
+		var out []string
+		for _, tk := range (durationTicks{}).Ticks(lo, hi) {
+			if tk.Label != "" {
+				out = append(out, tk.Label)
+			}
+		}
+		return out
+	}
+	require.Equal(t, []string{"0.1ms", "1ms", "10ms", "100ms", "1s", "10s"}, labels(0.1, 60_000))
+	require.Equal(t, []string{"20ms", "50ms", "100ms", "200ms", "500ms"}, labels(15, 900))
+	require.Equal(t, "2min", msLabel(120_000))
+}
+
 func TestWritePlot(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/latency.png"

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -20,6 +21,41 @@ var (
 	ferryColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	plainColor = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 )
+
+// durationTicks labels a log axis of milliseconds with units (1ms, 10ms,
+// 100ms, 1s, 10s…), and also 2 and 5 of each decade when the axis spans
+// less than two decades.
+type durationTicks struct{}
+
+func (durationTicks) Ticks(lo, hi float64) []plot.Tick {
+	narrow := hi/lo < 100
+	var ticks []plot.Tick
+	for decade := math.Pow(10, math.Floor(math.Log10(lo))); decade <= hi; decade *= 10 {
+		for m := 1.0; m < 10; m++ {
+			v := decade * m
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || (narrow && (m == 2 || m == 5)) {
+				t.Label = msLabel(v)
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	return ticks
+}
+
+// msLabel writes a round number of milliseconds briefly: 0.1ms, 20ms, 5s.
+func msLabel(ms float64) string {
+	switch {
+	case ms >= 60_000:
+		return fmt.Sprintf("%gmin", ms/60_000)
+	case ms >= 1000:
+		return fmt.Sprintf("%gs", ms/1000)
+	}
+	return fmt.Sprintf("%gms", ms)
+}
 
 // cdfPoints is the latency CDF of samples, at most n points, latencies in
 // milliseconds (at least 0.1, so a log axis can take them).
@@ -46,14 +82,17 @@ func (res *Results) WritePlot(path string) error {
 	for _, ws := range res.Workloads {
 		p := plot.New()
 		p.Title.Text = ws.Name
-		p.X.Label.Text = "commit → received (ms, log scale)"
+		p.X.Label.Text = "commit → received (log scale)"
 		p.Y.Label.Text = "fraction of events"
 		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.X.Tick.Marker = durationTicks{}
 		p.Y.Min, p.Y.Max = 0, 1
 		p.Add(plotter.NewGrid())
-		p.Legend.Top = false
-		p.Legend.Left = false
+		// A CDF never reaches the top left corner: the legend goes there.
+		p.Legend.Top = true
+		p.Legend.Left = true
+		p.Legend.XOffs, p.Legend.YOffs = vg.Millimeter*2, -vg.Millimeter*2
+		var figures []string
 		drawn := false
 		for _, sys := range []struct {
 			name string
@@ -77,10 +116,12 @@ func (res *Results) WritePlot(path string) error {
 			l.Width = vg.Points(1.5)
 			p.Add(l)
 			s := ws.system(sys.name)
-			p.Legend.Add(fmt.Sprintf("%s  p50 %s  p99 %s", sys.name, dur(s.Latency.P50), dur(s.Latency.P99)), l)
+			p.Legend.Add(sys.name, l)
+			figures = append(figures, fmt.Sprintf("%s p50 %s, p99 %s", sys.name, dur(s.Latency.P50), dur(s.Latency.P99)))
 			drawn = true
 		}
 		if drawn {
+			p.Title.Text += "\n" + strings.Join(figures, " · ")
 			panels = append(panels, p)
 		}
 	}
