@@ -49,7 +49,7 @@ test-faults: ## Long fault runs with figures: kill loop (FERRY_FAULTS_DURATION, 
 # build it first. BENCH_FLAGS adds flags (ferry-bench -h lists them), e.g.
 # make bench BENCH_FLAGS='-workloads burst,steady-100 -reps 5'.
 .PHONY: bench
-bench: build bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 50 min)
+bench: build bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 1 hour)
 	./$(BIN)/ferry-bench $(BENCH_FLAGS)
 
 .PHONY: bench-quick
