@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -22,6 +23,7 @@ import (
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/log/tag"
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
 	"go.temporal.io/server/common/primitives"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
@@ -59,7 +61,18 @@ type Config struct {
 	// UI asks to decode encrypted payloads; the browser calls it, so it
 	// must allow the UI's origin. Default: none (the UI shows ciphertext).
 	CodecEndpoint string
+	// InternalPorts are the 7 ports of the server's internal services
+	// (frontend membership; history, matching and worker gRPC and
+	// membership), for a host whose firewall wants them fixed; Start fails
+	// when one is taken. Default: free ports picked at start; when another
+	// process takes one before the server binds it, Start picks new ones
+	// (up to 5 tries).
+	InternalPorts []int
 }
+
+// Tries of a start whose picked ports were taken before the server bound
+// them.
+const startTries = 5
 
 // Server is a running embedded Temporal server.
 type Server struct {
@@ -68,6 +81,7 @@ type Server struct {
 	ui       *uiserver.Server
 	frontend string
 	uiURL    string
+	fatal    *fatalWatch
 }
 
 // Start builds and starts the server and waits until its frontend answers.
@@ -80,12 +94,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devserver: Address %q: %w", cfg.Address, err)
 	}
-	if port == 0 {
-		if port, err = freePort(host); err != nil {
-			return nil, err
+	if port != 0 {
+		if err := portFree(host, port); err != nil {
+			return nil, fmt.Errorf("devserver: Address %s is taken (is another Temporal server running?): %w", cfg.Address, err)
 		}
-	} else if err := portFree(host, port); err != nil {
-		return nil, fmt.Errorf("devserver: Address %s is taken (is another Temporal server running?): %w", cfg.Address, err)
+	}
+	if n := len(cfg.InternalPorts); n != 0 && n != 7 {
+		return nil, fmt.Errorf("devserver: InternalPorts has %d ports: give all 7, or none", n)
 	}
 
 	sqlCfg := &config.SQL{
@@ -114,10 +129,61 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 
-	srvCfg, err := serverConfig(host, port, sqlCfg)
+	var logger log.Logger = log.NewNoopLogger()
+	if cfg.LogFile != "" {
+		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
+	}
+	var s *Server
+	for try := 1; ; try++ {
+		s, err = start(ctx, cfg, host, port, sqlCfg, logger)
+		// Fixed ports stay fixed: the error names the one that is taken.
+		fixed := len(cfg.InternalPorts) > 0
+		if err == nil || fixed || try == startTries || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+		// Another process took a port between our picking and the
+		// server's binding it: pick new ones.
+		logger.Warn("a picked port was taken before the server bound it; trying again with new ports", tag.Error(err), tag.Attempt(int32(try)))
+	}
 	if err != nil {
 		return nil, err
 	}
+	if err := s.addSearchAttributes(ctx); err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
+	if cfg.UIAddress != "" {
+		if err := s.startUI(); err != nil {
+			_ = s.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// start builds and starts one server on the frontend port (picked when 0)
+// and the internal ports (picked when not configured), and waits until it
+// answers. A fatal error the server reports on the way is returned.
+func start(ctx context.Context, cfg Config, host string, port int, sqlCfg *config.SQL, logger log.Logger) (*Server, error) {
+	ports := cfg.InternalPorts
+	if len(ports) == 0 {
+		ports = make([]int, 0, 7)
+		for range 7 {
+			p, err := freePort(host)
+			if err != nil {
+				return nil, err
+			}
+			ports = append(ports, p)
+		}
+	}
+	if port == 0 {
+		p, err := freePort(host)
+		if err != nil {
+			return nil, err
+		}
+		port = p
+	}
+	srvCfg := serverConfig(host, port, ports, sqlCfg)
 	ns, err := sqliteschema.NewNamespaceConfig(srvCfg.ClusterMetadata.CurrentClusterName, cfg.Namespace, false, cfg.SearchAttributes)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: namespace %q: %w", cfg.Namespace, err)
@@ -125,11 +191,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
 		return nil, fmt.Errorf("devserver: register namespace %q: %w", cfg.Namespace, err)
 	}
-
-	var logger log.Logger = log.NewNoopLogger()
-	if cfg.LogFile != "" {
-		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
-	}
+	watch := newFatalWatch()
+	logger = &fatalLogger{inner: logger, watch: watch}
 	authorizer, err := authorization.GetAuthorizerFromConfig(&srvCfg.Global.Authorization)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: authorizer: %w", err)
@@ -144,36 +207,104 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
 		dynamicconfig.FrontendEnableUpdateWorkflowExecution.Key():   true,
 	}
-	srv, err := temporal.NewServer(
-		temporal.WithConfig(srvCfg),
-		temporal.ForServices(temporal.DefaultServices),
-		temporal.WithLogger(logger),
-		temporal.WithAuthorizer(authorizer),
-		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
-		temporal.WithDynamicConfigClient(dc),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("devserver: build server: %w", err)
+
+	// Built and started on a goroutine of its own, where a Fatal on the way
+	// (a panic with the *FatalError, see fatalLogger) is recovered.
+	type result struct {
+		srv temporal.Server
+		err error
 	}
-	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("devserver: start server: %w", err)
-	}
-	s := &Server{cfg: cfg, srv: srv, frontend: net.JoinHostPort(host, strconv.Itoa(port))}
-	if err := s.waitReady(ctx); err != nil {
-		_ = srv.Stop()
-		return nil, err
-	}
-	if err := s.addSearchAttributes(ctx); err != nil {
-		_ = srv.Stop()
-		return nil, err
-	}
-	if cfg.UIAddress != "" {
-		if err := s.startUI(); err != nil {
-			_ = srv.Stop()
-			return nil, err
+	built := make(chan temporal.Server, 1)
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				fe, ok := p.(*FatalError)
+				if !ok {
+					panic(p)
+				}
+				done <- result{err: fmt.Errorf("devserver: start server: %w", fe)}
+			}
+		}()
+		srv, err := temporal.NewServer(
+			temporal.WithConfig(srvCfg),
+			temporal.ForServices(temporal.DefaultServices),
+			temporal.WithLogger(logger),
+			temporal.WithAuthorizer(authorizer),
+			temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
+			temporal.WithDynamicConfigClient(dc),
+		)
+		if err != nil {
+			done <- result{err: fmt.Errorf("devserver: build server: %w", err)}
+			return
 		}
+		built <- srv
+		if err := srv.Start(); err != nil {
+			done <- result{srv: srv, err: fmt.Errorf("devserver: start server: %w", err)}
+			return
+		}
+		done <- result{srv: srv}
+	}()
+	var r result
+	select {
+	case r = <-done:
+		if r.err != nil && r.srv == nil {
+			abandon(built)
+		}
+	case <-watch.failed:
+		abandon(built)
+		return nil, fmt.Errorf("devserver: start server: %w", watch.err)
+	case <-ctx.Done():
+		abandon(built)
+		return nil, fmt.Errorf("devserver: start server: %w", ctx.Err())
+	}
+	if r.err != nil {
+		if r.srv != nil {
+			stopWithin(r.srv, 10*time.Second)
+		}
+		return nil, r.err
+	}
+	s := &Server{cfg: cfg, srv: r.srv, frontend: net.JoinHostPort(host, strconv.Itoa(port)), fatal: watch}
+	if err := s.waitReady(ctx); err != nil {
+		stopWithin(r.srv, 10*time.Second)
+		return nil, err
 	}
 	return s, nil
+}
+
+// abandon stops a server whose start failed half-way, if it was built, in
+// the background: its goroutines may wait for one a Fatal ended.
+func abandon(built <-chan temporal.Server) {
+	select {
+	case srv := <-built:
+		go stopWithin(srv, 10*time.Second)
+	default:
+	}
+}
+
+// stopWithin stops srv, waiting at most d.
+func stopWithin(srv temporal.Server, d time.Duration) {
+	stopped := make(chan struct{})
+	go func() { _ = srv.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(d):
+	}
+}
+
+// Failed is closed when the running server reports a fatal error; Err
+// says which. Nothing is fatal to the process: the caller decides (`ferry
+// dev` stops).
+func (s *Server) Failed() <-chan struct{} { return s.fatal.failed }
+
+// Err is the server's fatal error once Failed is closed, else nil.
+func (s *Server) Err() error {
+	select {
+	case <-s.fatal.failed:
+		return s.fatal.err
+	default:
+		return nil
+	}
 }
 
 // FrontendAddress is the host:port clients dial.
@@ -214,6 +345,8 @@ func (s *Server) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("devserver: frontend %s not ready: %w", s.frontend, err)
+		case <-s.fatal.failed:
+			return fmt.Errorf("devserver: frontend %s not ready: %w", s.frontend, s.fatal.err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -291,15 +424,7 @@ func (s *Server) startUI() error {
 	return fmt.Errorf("devserver: UI on %s did not answer", s.uiURL)
 }
 
-func serverConfig(host string, port int, sqlCfg *config.SQL) (*config.Config, error) {
-	ports := make([]int, 0, 7)
-	for range 7 {
-		p, err := freePort(host)
-		if err != nil {
-			return nil, err
-		}
-		ports = append(ports, p)
-	}
+func serverConfig(host string, port int, ports []int, sqlCfg *config.SQL) *config.Config {
 	svc := func(grpc, membership int) config.Service {
 		return config.Service{RPC: config.RPC{GRPCPort: grpc, MembershipPort: membership, BindOnIP: host}}
 	}
@@ -341,7 +466,7 @@ func serverConfig(host string, port int, sqlCfg *config.SQL) (*config.Config, er
 			},
 		},
 		PublicClient: config.PublicClient{HostPort: frontendHostPort},
-	}, nil
+	}
 }
 
 func splitHostPort(addr string) (string, int, error) {

@@ -42,7 +42,9 @@ type ownTemporal struct {
 const (
 	temporalAddrEnv = "FERRY_E2E_TEMPORAL_ADDRESS"
 	temporalDBEnv   = "FERRY_E2E_TEMPORAL_DB"
-	temporalReady   = "temporal: ready"
+	// temporalPortsEnv: the 7 internal ports, comma-separated (optional).
+	temporalPortsEnv = "FERRY_E2E_TEMPORAL_PORTS"
+	temporalReady    = "temporal: ready"
 )
 
 // temporalServerMain is a child process (childEnv=temporal): an embedded
@@ -52,8 +54,18 @@ func temporalServerMain() int {
 	defer stop()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	var ports []int
+	for _, p := range strings.FieldsFunc(os.Getenv(temporalPortsEnv), func(r rune) bool { return r == ',' }) {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "temporal: %s: %v\n", temporalPortsEnv, err)
+			return 1
+		}
+		ports = append(ports, n)
+	}
 	srv, err := devserver.Start(sctx, devserver.Config{
 		DatabasePath: os.Getenv(temporalDBEnv), Address: os.Getenv(temporalAddrEnv), SearchAttributes: workflows.SearchAttributeTypes,
+		InternalPorts: ports,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "temporal: %v\n", err)
