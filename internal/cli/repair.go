@@ -152,8 +152,10 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 	var token []byte
 	for {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace:     cfg.Namespace,
-			Query:         workflows.SABlocked + " = true AND ExecutionStatus = 'Running'",
+			Namespace: cfg.Namespace,
+			// Escalated effects set FerryBlocked too, but `ferry repair`
+			// does not apply to them: `ferry status` lists them apart.
+			Query:         fmt.Sprintf("%s = true AND ExecutionStatus = 'Running' AND WorkflowType = '%s'", workflows.SABlocked, workflows.AggregateWorkflowName),
 			NextPageToken: token,
 		})
 		if err != nil {
