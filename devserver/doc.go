@@ -6,4 +6,10 @@
 // server's configuration, its SQLite file and the namespaces and search
 // attributes it pre-registers. It does not own any Ferry logic, and it is never
 // used when Ferry is pointed at a real cluster by address.
+//
+// The server's internal services listen on ports picked at start; the
+// server binds them itself, so another process can take one in between:
+// Start then picks new ones. Whatever the server reports as fatal is
+// returned by Start (or signalled by Server.Failed), whether or not its log
+// goes to a file.
 package devserver
