@@ -292,21 +292,6 @@ func stopWithin(srv temporal.Server, d time.Duration) {
 	}
 }
 
-// Failed is closed when the running server reports a fatal error; Err
-// says which. Nothing is fatal to the process: the caller decides (`ferry
-// dev` stops).
-func (s *Server) Failed() <-chan struct{} { return s.fatal.failed }
-
-// Err is the server's fatal error once Failed is closed, else nil.
-func (s *Server) Err() error {
-	select {
-	case <-s.fatal.failed:
-		return s.fatal.err
-	default:
-		return nil
-	}
-}
-
 // FrontendAddress is the host:port clients dial.
 func (s *Server) FrontendAddress() string { return s.frontend }
 

@@ -9,7 +9,8 @@
 //
 // The server's internal services listen on ports picked at start; the
 // server binds them itself, so another process can take one in between:
-// Start then picks new ones. Whatever the server reports as fatal is
-// returned by Start (or signalled by Server.Failed), whether or not its log
-// goes to a file.
+// Start then picks new ones. Whatever the server reports as fatal while it
+// starts is returned by Start, whether or not its log goes to a file; a
+// fatal error once it runs ends the process with the error as the panic
+// message.
 package devserver

@@ -48,10 +48,10 @@ func (w *fatalWatch) report(err error) {
 // server's loggers end the process on Fatal (zap) or ignore it (the no-op
 // logger, after which the server carries on with a nil listener and dies of
 // a nil pointer far away). Here Fatal is logged at error level, reported
-// to the watch (Start returns it, or Server.Failed fires), and panics with
-// the *FatalError: Start recovers it on the goroutine that builds and
-// starts the server; on one of the server's own goroutines it ends the
-// process with the error in the panic message, never silently.
+// to the watch, and panics with the *FatalError: Start recovers it on the
+// goroutine that builds and starts the server and returns it; on one of the
+// server's own goroutines (after start) it ends the process with the error
+// in the panic message, never silently.
 type fatalLogger struct {
 	inner log.Logger
 	watch *fatalWatch

@@ -74,18 +74,6 @@ which prints what it applies and what it deduplicates.`,
 			}()
 			cfg.TemporalAddress = srv.FrontendAddress()
 			devCodec.serve(srv.UIURL())
-			// A fatal error of the embedded server stops ferry dev with it,
-			// instead of leaving a server that no longer answers.
-			ctx, stopOnFatal := context.WithCancel(ctx)
-			defer stopOnFatal()
-			go func() {
-				select {
-				case <-srv.Failed():
-					fmt.Fprintf(out, "ferry dev: the embedded Temporal server failed: %v\n", srv.Err())
-					stopOnFatal()
-				case <-ctx.Done():
-				}
-			}()
 
 			if err := migrate(ctx, cfg, out); err != nil {
 				return err
@@ -149,10 +137,7 @@ which prints what it applies and what it deduplicates.`,
 					}
 				}()
 			}
-			if err := serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics)); err != nil {
-				return err
-			}
-			return srv.Err()
+			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
 		},
 	}
 	f := cmd.Flags()
