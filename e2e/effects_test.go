@@ -52,6 +52,8 @@ type effectsOpts struct {
 	noFerry       bool // only the sandboxes (a child process runs Ferry)
 	// slowDelay of the provider's slow faults; default 3s.
 	slowDelay time.Duration
+	// publishBatch is the poller's PublishBatchSize; -1: the regular path.
+	publishBatch int
 }
 
 func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
@@ -107,7 +109,8 @@ func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)
 	p, err := poller.New(poller.Config{Pool: e.db.Pool, Temporal: tclient, TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		PublishBatchSize: o.publishBatch,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
 	t.Cleanup(p.Stop)
@@ -189,6 +192,35 @@ func resetAfter(t *testing.T, workflowID string, after enumspb.EventType) string
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: workflowID},
 		Reason:                    "e2e: reset to before the effect",
 		WorkflowTaskFinishEventId: first,
+		RequestId:                 uuid.NewString(),
+	})
+	require.NoError(t, err)
+	return resp.GetRunId()
+}
+
+// resetToTaskBefore resets workflowID to the completed workflow task that
+// issued the first event of type before, and returns the new run's id.
+func resetToTaskBefore(t *testing.T, workflowID string, before enumspb.EventType) string {
+	t.Helper()
+	ctx := context.Background()
+	iter := tclient.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var task int64
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			task = ev.GetEventId()
+		}
+		if ev.GetEventType() == before {
+			break
+		}
+	}
+	require.NotZero(t, task, "no completed workflow task before %s in %s", before, workflowID)
+	resp, err := tclient.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace:                 namespace,
+		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: workflowID},
+		Reason:                    "e2e: reset to the task that started the effects",
+		WorkflowTaskFinishEventId: task,
 		RequestId:                 uuid.NewString(),
 	})
 	require.NoError(t, err)
@@ -449,7 +481,11 @@ func TestEmailDuplicatesBoundedByAmbiguousDrops(t *testing.T) {
 // one charge.
 func TestRepeatedEventStartsNoSecondEffect(t *testing.T) {
 	t.Parallel()
-	e := setupEffects(t, effectsOpts{})
+	// The regular path: its publish activity's result is in history, so a
+	// reset to the task after it asks for the effects again. (On the fast
+	// path the reset re-runs the local activity, which finds the event
+	// delivered and asks for nothing: no effect either way.)
+	e := setupEffects(t, effectsOpts{publishBatch: -1})
 	id := e.order(t, "o-repeat", "created", 1234)
 	first := result[effects.PaymentResult](t, "charge", id, time.Minute)
 	result[effects.EmailResult](t, "email:confirmation", id, time.Minute)
@@ -464,7 +500,7 @@ func TestRepeatedEventStartsNoSecondEffect(t *testing.T) {
 
 	// Back to just after the publish completed: the publish's recorded
 	// result asks for the effects again.
-	runID := resetAfter(t, aggWF, enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+	runID := resetToTaskBefore(t, aggWF, enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED)
 	waitFor(t, time.Minute, "the reset run asked for the effects again", func() bool {
 		v, err := tclient.QueryWorkflow(ctx, aggWF, runID, workflows.StateQuery)
 		if err != nil {

@@ -68,8 +68,8 @@ type Config struct {
 	// workflows.DefaultMaxAttempts and blocks its aggregate when they run out.
 	Policies map[string]workflows.EventPolicy
 	// PublishBatchSize is passed to new aggregate workflows: the most
-	// events one fast-path publish takes; negative turns the fast path off.
-	// Zero: the workflow's default (workflows.DefaultPublishBatchSize).
+	// events one fast-path publish takes; -1 turns the fast path off (one
+	// regular activity per event). Default workflows.DefaultPublishBatchSize.
 	PublishBatchSize int
 	// MaxHistoryEvents is passed to new aggregate workflows: they
 	// continue-as-new at this history length. Zero: the workflow's default.
@@ -132,6 +132,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.MarkTimeout = cmp.Or(cfg.MarkTimeout, 5*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
+	cfg.PublishBatchSize = cmp.Or(cfg.PublishBatchSize, workflows.DefaultPublishBatchSize)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
@@ -148,6 +149,8 @@ func (cfg Config) Validate() error {
 	switch {
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
 		return fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
+	case cfg.PublishBatchSize < -1 || cfg.PublishBatchSize > 1000:
+		return fmt.Errorf("poller: Config.PublishBatchSize %d: use 1 to 1000, or -1 for one activity per event", cfg.PublishBatchSize)
 	case cfg.Concurrency < 1:
 		return fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
 	case cfg.Lease <= 0:
@@ -436,7 +439,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 			AggregateID:      g.aggID,
 			IdleTimeout:      p.cfg.IdleTimeout,
 			MaxHistoryEvents: p.cfg.MaxHistoryEvents,
-			PublishBatchSize: p.cfg.PublishBatchSize,
+			PublishBatchSize: max(p.cfg.PublishBatchSize, 0),
 			Policies:         p.cfg.Policies,
 		},
 	)

@@ -166,6 +166,7 @@ func TestNewFillsDefaults(t *testing.T) {
 	require.Equal(t, 30*time.Second, c.MaxBackoff)
 	require.Zero(t, c.IdleTimeout, "zero leaves the workflow's default")
 	require.Zero(t, c.MaxHistoryEvents, "zero leaves the workflow's default")
+	require.Equal(t, workflows.DefaultPublishBatchSize, c.PublishBatchSize, "pollers turn the fast path on")
 	require.Same(t, slog.Default(), c.Logger)
 	require.Equal(t, otel.GetTracerProvider(), c.TracerProvider)
 }
@@ -179,7 +180,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp,
+		TracerProvider: tp, PublishBatchSize: 7,
 	})
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -187,7 +188,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp,
+		TracerProvider: tp, PublishBatchSize: 7,
 	}, p.cfg)
 }
 

@@ -490,7 +490,7 @@ func TestFastPathStopsAtGap(t *testing.T) {
 	b := setup(t, 0)
 	b.signalAt(time.Second, 1, 2, 4, 5)
 	b.signalAt(time.Minute/2, 3)
-	b.run(input(time.Minute))
+	b.run(fastInput(time.Minute))
 	b.requireCompleted(t)
 	require.Equal(t, versions(1, 5), b.fakes.publishedVersions())
 	require.Equal(t, [][]int64{{1, 2}, {3, 4, 5}}, b.fakes.batches)
@@ -504,14 +504,22 @@ func TestFastPathFallsBackToRegularPath(t *testing.T) {
 	b := setup(t, 0)
 	b.fakes.failures[4] = 2
 	b.signalAt(time.Second, 1, 2, 3, 4, 5, 6)
-	b.run(input(time.Minute))
+	b.run(fastInput(time.Minute))
 	b.requireCompleted(t)
 	require.Equal(t, versions(1, 6), b.fakes.publishedVersions())
 	require.Equal(t, [][]int64{{1, 2, 3, 4, 5, 6}, {4, 5, 6}, {5, 6}}, b.fakes.batches)
 	require.Equal(t, []int64{4, 4, 4}, b.fakes.regular, "two failed regular attempts and a good one")
 }
 
-// A negative batch size turns the fast path off.
+// fastInput is input with the fast path on, as pollers start workflows.
+func fastInput(idle time.Duration) workflows.AggregateInput {
+	in := input(idle)
+	in.PublishBatchSize = workflows.DefaultPublishBatchSize
+	return in
+}
+
+// Without a batch size (histories from before the fast path, or a poller
+// with it turned off) every event takes the regular path.
 func TestFastPathOff(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
@@ -551,4 +559,19 @@ func TestFastPathContinueAsNewChain(t *testing.T) {
 	}
 	require.Equal(t, versions(1, total), published)
 	require.Greater(t, runs, 2)
+}
+
+// On the fast path one idle timer serves many signals: the workflow still
+// completes one idle timeout after the last event, not after the first.
+func TestFastPathIdleCountsFromLastEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.signalAt(time.Second, 1)
+	b.signalAt(30*time.Second, 2)
+	b.signalAt(50*time.Second, 3)
+	took := b.run(fastInput(time.Minute))
+	b.requireCompleted(t)
+	require.Equal(t, versions(1, 3), b.fakes.publishedVersions())
+	require.GreaterOrEqual(t, took, 110*time.Second, "completed before a minute of idleness")
+	require.Less(t, took, 112*time.Second)
 }

@@ -70,9 +70,15 @@ type AggregateInput struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// MaxHistoryEvents; zero means DefaultMaxHistoryEvents.
 	MaxHistoryEvents int `json:"max_history_events,omitempty"`
-	// PublishBatchSize is the most events one fast-path publish takes;
-	// zero means DefaultPublishBatchSize, negative turns the fast path off
-	// (one regular activity per event).
+	// PublishBatchSize is the most events one fast-path publish takes.
+	// Zero or less: no fast path, one regular activity per event (and the
+	// idle timer of older runs), which is what histories recorded before
+	// the fast path replay. Pollers set DefaultPublishBatchSize.
+	//
+	// Upgrading a deployment from a Ferry without the fast path: upgrade
+	// the workers before the pollers, or an old worker may run a workflow
+	// started with a batch size the regular way and a new one fail to
+	// replay it.
 	PublishBatchSize int `json:"publish_batch_size,omitempty"`
 	// Policies by event type; "*" applies to types without an entry.
 	Policies map[string]EventPolicy `json:"policies,omitempty"`

@@ -38,7 +38,8 @@ const (
 	// batchHistoryFile: the fast path. Events 1-5 in one signal, published
 	// by local activities (1-3 in one batch; evt-4's batch fails, its
 	// regular attempt fails once and the retry succeeds; 5 alone), then 7
-	// (a gap) and 6, published in one batch; idle completion.
+	// (a gap) and 6, published in one batch; one idle timer across the
+	// signals, a second for the rest of the idle time; idle completion.
 	batchHistoryFile = "testdata/batch_history.json"
 )
 
@@ -191,13 +192,14 @@ func TestQuarantineHistoryContents(t *testing.T) {
 
 // The fast-path recording: local-activity markers for the batches, one
 // regular activity (with a failed attempt and its retry) for evt-4, the
-// change marker that lets older histories replay the regular path.
+// idle timer that signals do not cancel.
 func TestBatchHistoryContents(t *testing.T) {
 	t.Parallel()
 	dc := converter.GetDefaultDataConverter()
 	var markers []string
 	var regular []int64
 	var attempts []int32
+	var timers []enumspb.EventType
 	for _, ev := range loadHistory(t, batchHistoryFile) {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_MARKER_RECORDED:
@@ -210,10 +212,16 @@ func TestBatchHistoryContents(t *testing.T) {
 			regular = append(regular, in.Version)
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 			attempts = append(attempts, ev.GetActivityTaskStartedEventAttributes().GetAttempt())
+		case enumspb.EVENT_TYPE_TIMER_STARTED, enumspb.EVENT_TYPE_TIMER_FIRED, enumspb.EVENT_TYPE_TIMER_CANCELED:
+			timers = append(timers, ev.GetEventType())
 		}
 	}
-	// cursor, change version, batch 1-3, failed batch at 4, batch 5, batch 6-7
-	require.Equal(t, []string{"LocalActivity", "Version", "LocalActivity", "LocalActivity", "LocalActivity", "LocalActivity"}, markers)
+	// cursor, batch 1-3, failed batch at 4, batch 5, batch 6-7
+	require.Equal(t, []string{"LocalActivity", "LocalActivity", "LocalActivity", "LocalActivity", "LocalActivity"}, markers)
+	require.Equal(t, []enumspb.EventType{
+		enumspb.EVENT_TYPE_TIMER_STARTED, enumspb.EVENT_TYPE_TIMER_FIRED, // signals 7 and 6 came meanwhile
+		enumspb.EVENT_TYPE_TIMER_STARTED, enumspb.EVENT_TYPE_TIMER_FIRED,
+	}, timers)
 	require.Equal(t, []int64{4}, regular)
 	require.Equal(t, []int32{2}, attempts, "the started event records the attempt that succeeded")
 }

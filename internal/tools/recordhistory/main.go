@@ -17,7 +17,7 @@
 //   - batch: the fast path (one local activity per run of events): events
 //     1-5 in one signal, evt-4 fails its first regular attempt so the batch
 //     stops before it and the regular path retries it, then 7 (a gap) and
-//     6, published together.
+//     6, published together; one idle timer throughout.
 //   - quarantine: an event's publish keeps failing with a retryable
 //     "Unroutable" error under a policy of two attempts, so it is
 //     quarantined; an event signalled meanwhile waits; a repair update
@@ -202,7 +202,8 @@ func recordBatch(ctx context.Context, c client.Client, taskQueue string, acts *s
 		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(1), ref(2), ref(3), ref(4), ref(5)}},
 		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
 		workflows.AggregateWorkflowName,
-		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: 3 * time.Second})
+		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: 3 * time.Second,
+			PublishBatchSize: workflows.DefaultPublishBatchSize})
 	if err != nil {
 		return "", "", fmt.Errorf("signal-with-start %s: %w", id, err)
 	}
