@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -241,9 +242,13 @@ func (a *Activities) message(ctx context.Context, id string, ev row) (broker.Mes
 		HeaderSchemaVersion:    int64(ev.schemaVersion),
 	}
 	key := a.routingKey(ev.aggType, ev.eventType)
-	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{HeaderTraceParent: ev.traceParent, HeaderTraceState: ev.traceState})
+	// The parent is the activity's span when it is in the row's trace,
+	// else the row's own context with a link to the activity's span
+	// (telemetry.PublishParent says why).
+	ctx, links := telemetry.PublishParent(ctx, ev.traceParent, ev.traceState)
 	ctx, span := a.tracer.Start(ctx, "ferry.publish "+key,
 		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(links...),
 		trace.WithAttributes(
 			attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.message.id", id),

@@ -111,14 +111,12 @@ func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 	slices.SortFunc(starts, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
 	activity := child(starts[0].SpanContext, "RunActivity:"+workflows.PublishBatchActivity)
 
-	// The publish span's parent is the row's stored context (the producer's
-	// span) while activities.message() extracts it over the activity's;
-	// with telemetry.PublishParent it becomes the publish activity's span,
-	// which is in this trace because this event's dispatch started the
-	// workflow.
+	// The publish span's parent is the publish activity's span: this
+	// event's dispatch started the workflow, so it is in this trace
+	// (telemetry.PublishParent).
 	publishPlaced := "ferry.publish " + e.aggType + ".placed"
-	publish := append(children(spans, placedRoot, publishPlaced), children(spans, activity.SpanContext, publishPlaced)...)
-	require.Len(t, publish, 1, "publish is a child of the producer's span or of the publish activity's; got %v", names(spans))
+	publish := children(spans, activity.SpanContext, publishPlaced)
+	require.Len(t, publish, 1, "publish is a child of the publish activity's span; got %v", names(spans))
 	consume := child(publish[0].SpanContext, "ferry.consume placed")
 	require.Equal(t, trace.SpanKindProducer, publish[0].SpanKind)
 	require.Equal(t, trace.SpanKindConsumer, consume.SpanKind)
@@ -128,8 +126,11 @@ func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 	require.Equal(t, paidSpan.SpanContext().SpanID(), dispatch.Links[0].SpanContext.SpanID())
 	require.Contains(t, dispatch.Links[0].Attributes, attribute.String("messaging.message.id", paidID.String()))
 
-	// The second event's publish and consume stay in its own trace.
+	// The second event's publish and consume stay in its own trace, linked
+	// to the activity that published it.
 	publishPaid := child(paidSpan.SpanContext(), "ferry.publish "+e.aggType+".paid")
+	require.Len(t, publishPaid.Links, 1)
+	require.Equal(t, activity.SpanContext.SpanID(), publishPaid.Links[0].SpanContext.SpanID())
 	child(publishPaid.SpanContext, "ferry.consume paid")
 }
 
