@@ -202,6 +202,8 @@ func (p *Poller) Stop() {
 func (p *Poller) loop(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.PollInterval)
 	defer ticker.Stop()
+	trailing := time.NewTimer(time.Hour)
+	trailing.Stop()
 	failures := 0
 	for {
 		err := p.drain(ctx)
@@ -228,10 +230,18 @@ func (p *Poller) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
+			// Producers that overlapped the notifying transaction skipped
+			// their own NOTIFY (schema 0004); their rows may commit just
+			// after this wake-up's claim. One short trailing claim takes them.
+			trailing.Reset(trailingClaim)
+		case <-trailing.C:
 		case <-ticker.C:
 		}
 	}
 }
+
+// trailingClaim is how long after a wake-up the poller claims once more.
+const trailingClaim = 50 * time.Millisecond
 
 // drain relays batches until one comes back short.
 func (p *Poller) drain(ctx context.Context) error {
