@@ -10,9 +10,10 @@ WORKFLOWCHECK_VERSION := v0.6.0
 
 # Packages that link the embedded Temporal server run without -race: each
 # such test binary is ~200 MB, and -race makes it several times slower. The
-# others that link it (the binary, the dev server, the CLI, tools) have no
-# tests of their own: e2e runs them, and go vet compiles them.
-SERVER_PKGS := ./e2e/...
+# CLI's few tests of its own run with them; the others that link it (the
+# binary, the dev server, tools) have none: e2e runs them, and go vet
+# compiles them.
+SERVER_PKGS := ./e2e/... ./internal/cli/...
 UNIT_PKGS    = $(shell $(GO) list ./... | grep -v -e /e2e -e /devserver -e /cmd/ferry -e /internal/cli -e /internal/tools)
 
 .PHONY: help

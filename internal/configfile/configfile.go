@@ -11,8 +11,10 @@ import (
 )
 
 // EnvOf returns the environment variable a flag's usage names. Every Ferry
-// setting's usage ends with "(FERRY_…)", which --help shows; the variable
-// was already read into the flag's default when the flag was defined.
+// setting's usage ends with a parenthesis naming it, "(FERRY_…)" or, for a
+// list, "(repeatable; FERRY_…, ';'-separated)", which --help shows; the
+// variable was already read into the flag's default when the flag was
+// defined.
 func EnvOf(f *pflag.Flag) (string, bool) {
 	m := envInUsage.FindStringSubmatch(f.Usage)
 	if m == nil {
@@ -21,7 +23,7 @@ func EnvOf(f *pflag.Flag) (string, bool) {
 	return m[1], true
 }
 
-var envInUsage = regexp.MustCompile(`\((FERRY_[A-Z0-9_]+)\)\s*$`)
+var envInUsage = regexp.MustCompile(`\((?:[^()]*[ ;])?(FERRY_[A-Z0-9_]+)(?:[,;][^()]*)?\)\s*$`)
 
 // Apply reads path, a flat YAML mapping of flag names (without dashes) to
 // single values:

@@ -110,4 +110,11 @@ func TestEnvOf(t *testing.T) {
 	require.Equal(t, "FERRY_TEST_CF_LEASE", name)
 	_, ok = configfile.EnvOf(&pflag.Flag{Usage: "no variable"})
 	require.False(t, ok)
+
+	// A list names its variable among other words: --policy, --effect.
+	name, ok = configfile.EnvOf(&pflag.Flag{Usage: "TYPE * for the rest (repeatable; FERRY_POLICY, ';'-separated)"})
+	require.True(t, ok)
+	require.Equal(t, "FERRY_POLICY", name)
+	_, ok = configfile.EnvOf(&pflag.Flag{Usage: "see (FERRY_X) in the middle (not the end)"})
+	require.False(t, ok)
 }
