@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -197,9 +198,7 @@ type Consumer struct {
 		consuming                                                                   atomic.Bool
 	}
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	runner startstop.Runner
 
 	// current is the session consuming now (nil between sessions), for
 	// reading queue depths.
@@ -337,17 +336,10 @@ func (c *Consumer) Declare(ctx context.Context) error {
 // Start consumes in the background until Stop, reconnecting with backoff
 // whenever the broker goes away. It returns at once.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return errors.New("consumer: already started")
+	if err := c.runner.Start(ctx, c.run); err != nil {
+		return fmt.Errorf("consumer: %w", err)
 	}
-	// The loop outlives Start's ctx (often a start-up deadline); Stop ends it.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cancel = cancel
-	c.done = make(chan struct{})
 	c.cfg.Metrics.WatchQueues(c.cfg.Inbox.Consumer(), c.queueDepths)
-	go c.run(ctx, c.done)
 	return nil
 }
 
@@ -356,15 +348,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 // redelivers whatever was not acknowledged), and closes the connection. Safe
 // to call more than once.
 func (c *Consumer) Stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if cancel == nil {
-		return
+	if c.runner.Stop() {
+		c.cfg.Metrics.Unwatch(c.cfg.Inbox.Consumer())
 	}
-	cancel()
-	<-done
-	c.cfg.Metrics.Unwatch(c.cfg.Inbox.Consumer())
 }
 
 // queueDepths reads the messages ready in Queue and <Queue>.dlq on a
@@ -412,8 +398,7 @@ type job struct {
 	sess *session
 }
 
-func (c *Consumer) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (c *Consumer) run(ctx context.Context) {
 	// work is what the workers run under: it outlives ctx by up to
 	// ShutdownTimeout so that deliveries in hand can finish after Stop.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferry-outbox/ferry/internal/startstop"
 )
 
 // CleanerConfig configures a Cleaner.
@@ -46,9 +47,7 @@ type Cleaner struct {
 	log  *slog.Logger
 	lock int64
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	run startstop.Runner
 }
 
 // NewCleaner validates cfg and fills its defaults.
@@ -149,34 +148,17 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 // Start runs a round now and then every Interval until Stop. It returns at
 // once.
 func (c *Cleaner) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return errors.New("inbox cleaner: already started")
+	if err := c.run.Start(ctx, c.loop); err != nil {
+		return fmt.Errorf("inbox cleaner: %w", err)
 	}
-	// The loop outlives Start's ctx (often a start-up deadline); Stop ends it.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cancel = cancel
-	c.done = make(chan struct{})
-	go c.loop(ctx, c.done)
 	return nil
 }
 
 // Stop ends the loop and waits for the batch in hand. Safe to call more than
 // once.
-func (c *Cleaner) Stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (c *Cleaner) Stop() { c.run.Stop() }
 
-func (c *Cleaner) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (c *Cleaner) loop(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -100,10 +101,8 @@ type Poller struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
-	wake   chan struct{}
+	run  startstop.Runner
+	wake chan struct{}
 }
 
 // New validates cfg and fills its defaults.
@@ -169,35 +168,22 @@ func (cfg Config) Validate() error {
 
 // Start starts the loop and the listener and returns at once.
 func (p *Poller) Start(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done != nil {
-		return errors.New("poller: already started")
+	err := p.run.Start(ctx, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); p.listen(ctx) }()
+		go func() { defer wg.Done(); p.loop(ctx) }()
+		wg.Wait()
+	})
+	if err != nil {
+		return fmt.Errorf("poller: %w", err)
 	}
-	// The loop outlives Start's ctx (often a start-up deadline); Stop ends it.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	p.done = make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); p.listen(ctx) }()
-	go func() { defer wg.Done(); p.loop(ctx) }()
-	go func() { wg.Wait(); close(p.done) }()
 	return nil
 }
 
 // Stop ends the loop and waits for the batch in hand to finish (its rows are
 // either marked or left to their lease). Safe to call more than once.
-func (p *Poller) Stop() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (p *Poller) Stop() { p.run.Stop() }
 
 func (p *Poller) loop(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.PollInterval)
