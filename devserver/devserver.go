@@ -269,6 +269,7 @@ func start(ctx context.Context, cfg Config, host string, port int, sqlCfg *confi
 		stopWithin(r.srv, 10*time.Second)
 		return nil, err
 	}
+	watch.started.Store(true)
 	return s, nil
 }
 

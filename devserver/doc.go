@@ -11,6 +11,6 @@
 // server binds them itself, so another process can take one in between:
 // Start then picks new ones. Whatever the server reports as fatal while it
 // starts is returned by Start, whether or not its log goes to a file; a
-// fatal error once it runs ends the process with the error as the panic
-// message.
+// fatal error once it runs is logged and written to stderr, and the server
+// carries on (it recovers from the one seen after a restart).
 package devserver

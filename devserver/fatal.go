@@ -3,8 +3,10 @@ package devserver
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.temporal.io/server/common/log"
 	"go.temporal.io/server/common/log/tag"
@@ -30,9 +32,10 @@ func (e *FatalError) Unwrap() error { return e.Cause }
 // fatalWatch is shared by a server's loggers: the first fatal error, and a
 // channel closed when it happens.
 type fatalWatch struct {
-	once   sync.Once
-	err    error
-	failed chan struct{}
+	once    sync.Once
+	err     error
+	failed  chan struct{}
+	started atomic.Bool // Start returned the server
 }
 
 func newFatalWatch() *fatalWatch { return &fatalWatch{failed: make(chan struct{})} }
@@ -47,11 +50,14 @@ func (w *fatalWatch) report(err error) {
 // fatalLogger passes everything to the logger it wraps except Fatal: the
 // server's loggers end the process on Fatal (zap) or ignore it (the no-op
 // logger, after which the server carries on with a nil listener and dies of
-// a nil pointer far away). Here Fatal is logged at error level, reported
-// to the watch, and panics with the *FatalError: Start recovers it on the
-// goroutine that builds and starts the server and returns it; on one of the
-// server's own goroutines (after start) it ends the process with the error
-// in the panic message, never silently.
+// a nil pointer far away). Here Fatal is logged at error level and, while
+// the server starts, reported to the watch and raised as a panic with the
+// *FatalError, which Start recovers on the goroutine that builds and starts
+// the server and returns. Once Start returned, a Fatal is logged and written
+// to stderr, and the server carries on: after a restart on the same
+// database one came about a minute in (the killed process's cluster
+// membership timing out), and ending the process there turned a hiccup the
+// server recovers from into an outage (the fault suite's Temporal restart).
 type fatalLogger struct {
 	inner log.Logger
 	watch *fatalWatch
@@ -67,6 +73,10 @@ func (l *fatalLogger) Panic(msg string, tags ...tag.Tag)  { l.inner.Panic(msg, t
 func (l *fatalLogger) Fatal(msg string, tags ...tag.Tag) {
 	l.inner.Error(msg, tags...)
 	err := fatalError(msg, tags)
+	if l.watch.started.Load() {
+		fmt.Fprintf(os.Stderr, "devserver: %v; carrying on\n", err)
+		return
+	}
 	l.watch.report(err)
 	// What follows a Fatal in the server assumes the process is gone (a nil
 	// listener, a half-built channel): it must not run.
