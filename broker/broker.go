@@ -66,12 +66,9 @@ type Publisher struct {
 type session struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
-	returns chan amqp.Return
+	returns *Returns
 
 	mu sync.Mutex
-	// returned holds basic.returns read off returns but not yet claimed by
-	// their publisher, by message id.
-	returned map[string]amqp.Return
 	// routed: routing keys a message was confirmed routed with, and when.
 	// A batch sends messages with such a key without waiting in between.
 	routed map[string]time.Time
@@ -219,7 +216,7 @@ func (p *Publisher) confirm(ctx context.Context, sess *session, msg Message, dc 
 	// The broker sends basic.return before the ack of the same message, and
 	// the client delivers both from one reader goroutine in that order, so any
 	// return of msg is in sess.returns by now.
-	if r, ok := sess.takeReturn(msg.ID); ok {
+	if r, ok := sess.returns.Take(msg.ID); ok {
 		return fmt.Errorf("%w: exchange %q, routing key %q: %d %s (bind a queue to it)",
 			ErrUnroutable, p.cfg.Exchange, msg.RoutingKey, r.ReplyCode, r.ReplyText)
 	}
@@ -249,28 +246,6 @@ func (p *Publisher) Close() error {
 		}
 	}
 	return nil
-}
-
-func (s *session) takeReturn(id string) (amqp.Return, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-drain:
-	for {
-		select {
-		case r, ok := <-s.returns:
-			if !ok {
-				// Closed with its channel: nothing more will arrive, and
-				// reading on would spin forever holding s.mu.
-				break drain
-			}
-			s.returned[r.MessageId] = r
-		default:
-			break drain
-		}
-	}
-	r, ok := s.returned[id]
-	delete(s.returned, id)
-	return r, ok
 }
 
 func (s *session) usable() bool {
@@ -313,9 +288,8 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 		// Buffered so the client's reader goroutine never blocks on it:
 		// returns are drained by every Publish after its confirm, so at most
 		// one per in-flight publish is waiting here.
-		returns:  ch.NotifyReturn(make(chan amqp.Return, 4096)),
-		returned: map[string]amqp.Return{},
-		routed:   map[string]time.Time{},
+		returns: NewReturns(ch.NotifyReturn(make(chan amqp.Return, 4096))),
+		routed:  map[string]time.Time{},
 	}
 	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		conn.Close()

@@ -3,10 +3,11 @@ package consumer
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferry-outbox/ferry/broker"
 )
 
 // topology is the consumer's exchange, queues and bindings.
@@ -92,9 +93,7 @@ type session struct {
 	tag    string
 	closed chan struct{} // closed when the connection is gone
 
-	returns  chan amqp.Return
-	mu       sync.Mutex
-	returned map[string]amqp.Return
+	returns *broker.Returns
 }
 
 var sessionSeq atomic.Int64
@@ -116,7 +115,7 @@ func (c *Consumer) connect() (*session, <-chan amqp.Delivery, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &session{conn: conn, closed: make(chan struct{}), returned: map[string]amqp.Return{}}
+	s := &session{conn: conn, closed: make(chan struct{})}
 	notify := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
 		<-notify
@@ -149,7 +148,7 @@ func (s *session) open(c *Consumer) (<-chan amqp.Delivery, error) {
 	}
 	// Buffered so the client's reader never blocks on it: a return only
 	// happens if someone deleted our queues, and each publish drains it.
-	s.returns = s.pub.NotifyReturn(make(chan amqp.Return, 256))
+	s.returns = broker.NewReturns(s.pub.NotifyReturn(make(chan amqp.Return, 256)))
 	s.tag = fmt.Sprintf("%s-%d", c.tagID, sessionSeq.Add(1))
 	deliveries, err := s.ch.Consume(c.cfg.Queue, s.tag, false, false, false, false, nil)
 	if err != nil {
@@ -182,9 +181,7 @@ func (s *session) publish(exchange, key string, msg amqp.Publishing) error {
 		return fmt.Errorf("publish to %q: %w", cmpName(exchange, key), err)
 	}
 	acked := dc.Wait()
-	// The broker sends basic.return before the ack of the same message, and
-	// the client hands both over from one reader goroutine in that order.
-	if r, ok := s.takeReturn(msg.MessageId); ok {
+	if r, ok := s.returns.Take(msg.MessageId); ok {
 		return fmt.Errorf("publish to %q: returned unroutable: %d %s", cmpName(exchange, key), r.ReplyCode, r.ReplyText)
 	}
 	if !acked {
@@ -198,24 +195,4 @@ func cmpName(exchange, key string) string {
 		return key
 	}
 	return exchange
-}
-
-func (s *session) takeReturn(id string) (amqp.Return, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-drain:
-	for {
-		select {
-		case r, ok := <-s.returns:
-			if !ok {
-				break drain
-			}
-			s.returned[r.MessageId] = r
-		default:
-			break drain
-		}
-	}
-	r, ok := s.returned[id]
-	delete(s.returned, id)
-	return r, ok
 }
