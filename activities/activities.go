@@ -129,10 +129,12 @@ const (
 	ErrTypeBroker       = "BrokerUnavailable"
 )
 
-const sqlLoadEvent = `
-SELECT aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status
-FROM outbox_events WHERE id = $1`
+// rowColumns are what a publish reads of an outbox row, in the order of
+// row.fields.
+const rowColumns = `aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
+       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status`
+
+const sqlLoadEvent = `SELECT ` + rowColumns + ` FROM outbox_events WHERE id = $1`
 
 // sqlMarkPublished runs only after the broker's confirm. Advancing
 // delivered_version is what lets a later run of the workflow resume after
@@ -197,8 +199,7 @@ func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput
 // non-retryable.
 func (a *Activities) load(ctx context.Context, id string) (row, error) {
 	var ev row
-	err := a.pool.QueryRow(ctx, sqlLoadEvent, id).Scan(&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
-		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status)
+	err := a.pool.QueryRow(ctx, sqlLoadEvent, id).Scan(ev.fields()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ev, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", id), ErrTypeEventMissing, nil)
@@ -313,6 +314,12 @@ type row struct {
 	createdAt                 time.Time
 	status                    string
 	payload                   []byte
+}
+
+// fields are scan targets for rowColumns.
+func (ev *row) fields() []any {
+	return []any{&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
+		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status}
 }
 
 func truncate(s string, n int) string {

@@ -16,10 +16,7 @@ import (
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-const sqlLoadEvents = `
-SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status
-FROM outbox_events WHERE id = ANY($1::uuid[])`
+const sqlLoadEvents = `SELECT id::text, ` + rowColumns + ` FROM outbox_events WHERE id = ANY($1::uuid[])`
 
 // sqlMarkBatchPublished marks a confirmed prefix of a batch in one
 // statement and advances delivered_version to its highest version, as
@@ -140,8 +137,7 @@ func (a *Activities) loadBatch(ctx context.Context, events []workflows.EventRef)
 		id string
 		ev row
 	)
-	_, err = pgx.ForEachRow(rs, []any{&id, &ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
-		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status}, func() error {
+	_, err = pgx.ForEachRow(rs, append([]any{&id}, ev.fields()...), func() error {
 		out[id] = ev
 		ev.payload = nil // the next row scans into a fresh slice
 		return nil
