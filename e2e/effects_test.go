@@ -187,11 +187,18 @@ func resetAfter(t *testing.T, workflowID string, after enumspb.EventType) string
 		}
 	}
 	require.NotZero(t, first, "no completed workflow task in %s", workflowID)
-	resp, err := tclient.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+	return resetTo(t, workflowID, first, "e2e: reset to before the effect")
+}
+
+// resetTo resets workflowID to its completed workflow task finishedID and
+// returns the new run's id.
+func resetTo(t *testing.T, workflowID string, finishedID int64, reason string) string {
+	t.Helper()
+	resp, err := tclient.ResetWorkflowExecution(context.Background(), &workflowservice.ResetWorkflowExecutionRequest{
 		Namespace:                 namespace,
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: workflowID},
-		Reason:                    "e2e: reset to before the effect",
-		WorkflowTaskFinishEventId: first,
+		Reason:                    reason,
+		WorkflowTaskFinishEventId: finishedID,
 		RequestId:                 uuid.NewString(),
 	})
 	require.NoError(t, err)
@@ -216,15 +223,7 @@ func resetToTaskBefore(t *testing.T, workflowID string, before enumspb.EventType
 		}
 	}
 	require.NotZero(t, task, "no completed workflow task before %s in %s", before, workflowID)
-	resp, err := tclient.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace:                 namespace,
-		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: workflowID},
-		Reason:                    "e2e: reset to the task that started the effects",
-		WorkflowTaskFinishEventId: task,
-		RequestId:                 uuid.NewString(),
-	})
-	require.NoError(t, err)
-	return resp.GetRunId()
+	return resetTo(t, workflowID, task, "e2e: reset to the task that started the effects")
 }
 
 // executions counts the runs of a workflow ID the server knows.
