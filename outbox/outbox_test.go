@@ -667,12 +667,16 @@ func TestTraceContext(t *testing.T) {
 	require.Nil(t, r.TraceState)
 }
 
-// The notify trigger fires once per committing statement. The channel is
-// shared by every schema of the database, and other tests insert in
-// parallel, so only notifications sent by the writer's backend count.
+// The notify trigger fires once per committing statement. The channel and
+// the advisory lock that coalesces notifications (migration 0004) are
+// shared by every schema of a database: another test's producer holding the
+// lock would make this one skip its NOTIFY, so the test has a database of
+// its own. Only notifications sent by the writer's backend count.
 func TestNotifyOnCommit(t *testing.T) {
 	t.Parallel()
-	db, w := setup(t)
+	w, err := outbox.NewWriter(outbox.Config{})
+	require.NoError(t, err)
+	db := testenv.PostgresOwnDatabase(t)
 	ctx := t.Context()
 
 	listener, err := pgx.Connect(ctx, db.URL)

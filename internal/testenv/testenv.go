@@ -60,14 +60,61 @@ type DB struct {
 // returns a pool whose connections use it. The schema is dropped at cleanup.
 func Postgres(t testing.TB) *DB {
 	t.Helper()
+	return postgresIn(t, PostgresBaseURL())
+}
+
+// PostgresOwnDatabase is Postgres in a database of the test's own, dropped
+// at cleanup. Tests of database-wide behaviour use it: NOTIFY channels and
+// advisory locks are shared by every schema of a database, so tests running
+// in parallel in other schemas would otherwise see or take them.
+func PostgresOwnDatabase(t testing.TB) *DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	base := PostgresBaseURL()
+	admin := connectAdmin(ctx, t, base)
+	defer admin.Close(ctx)
+	name := Name("ferry_test")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("bad PostgreSQL URL %s: %v", redact(base), err)
+	}
+	u.Path = "/" + name
+	return postgresIn(t, u.String())
+}
+
+func connectAdmin(ctx context.Context, t testing.TB, base string) *pgx.Conn {
+	t.Helper()
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		t.Fatalf("PostgreSQL is required at %s and did not answer: %v\n"+
 			"start it (pg_ctlcluster --skip-systemctl-redirect <version> main start) or set FERRY_TEST_POSTGRES_URL", redact(base), err)
 	}
+	return admin
+}
+
+// postgresIn creates the test's schema in the database at base.
+func postgresIn(t testing.TB, base string) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := connectAdmin(ctx, t, base)
 	defer admin.Close(ctx)
 	name := Name("ferry_test")
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
