@@ -117,6 +117,30 @@ func TestTally(t *testing.T) {
 	require.Equal(t, []time.Duration{0}, lat, "a receipt noted before the commit counts as 0, not negative")
 }
 
+// The warm-up split and the timeline see the same receipts as Check, by
+// commit time.
+func TestLatenciesAfterWarmUpAndTimeline(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	tally := NewTally("order")
+	committed := map[string]time.Time{}
+	for i, c := range []struct {
+		id        string
+		at, delay time.Duration
+	}{{"e1", 0, 9 * time.Second}, {"e2", 5 * time.Second, 4 * time.Second}, {"e3", WarmUp, ms(80)}, {"e4", WarmUp + time.Second, ms(120)}, {"e5", WarmUp + 2*time.Second, 0}} {
+		committed[c.id] = t0.Add(c.at)
+		if c.id != "e5" { // e5 is lost: in neither
+			tally.Add(Receipt{ID: c.id, AggregateType: "order", AggregateID: "a", Version: int64(i + 1), At: t0.Add(c.at + c.delay)})
+		}
+	}
+	require.ElementsMatch(t, []time.Duration{ms(80), ms(120)}, tally.latenciesAfter(committed, t0.Add(WarmUp)))
+
+	var buf bytes.Buffer
+	require.NoError(t, tally.writeTimeline(&buf, committed))
+	require.Equal(t, "commit_ms,latency_ms,event_id\n"+
+		"0.0,9000.0,e1\n5000.0,4000.0,e2\n10000.0,80.0,e3\n11000.0,120.0,e4\n", buf.String())
+}
+
 func TestInOrderHoldsBackVersionsAfterAGap(t *testing.T) {
 	t.Parallel()
 	rows := []relayRow{
@@ -197,6 +221,9 @@ func sampleResults() *Results {
 		r := RunResult{Workload: w, System: sys, Rep: 1, Events: 1000, Throughput: eps,
 			Latency: Latency{P50: p99 / 4, P95: p99 / 2, P99: p99, Max: 2 * p99, N: 1000},
 			Relay:   ProcFigures{CPUPer1k: 0.5, PeakMiB: 40}, latencies: []time.Duration{p99 / 4, p99}}
+		if strings.HasPrefix(w, "steady") {
+			r.Warm = &Latency{P50: p99 / 8, P95: p99 / 4, P99: p99 / 2, Max: p99, N: 900}
+		}
 		if sys == SystemFerry {
 			r.Temporal = &ProcFigures{CPUPer1k: 2, PeakMiB: 300}
 			r.History = &History{Aggregates: 100, Sampled: 100, Runs: 100, Events: hist * 1000, WorkflowTasks: 400}
@@ -215,7 +242,7 @@ func sampleResults() *Results {
 		run(WorkloadBacklog, SystemFerry, 250, ms(9000), 2), run(WorkloadBacklog, SystemPlain, 2000, ms(900), 0),
 	}
 	res.Commit = &CommitSummary{Clients: 16, Seconds: 10, BusinessOnly: 2000, WithOutbox: 800, WithOutboxNoNotify: 1800,
-		OutboxCost: 0.6, OutboxCostNoNotify: 0.1}
+		OutboxCost: 0.6, OutboxCostNoNotify: 0.1, WithPlainRow: 1700, PlainRowCost: 0.15}
 	res.summarize()
 	return res
 }
@@ -275,6 +302,9 @@ func TestWriteTableAndJSON(t *testing.T) {
 		"Throughput and latency", "burst", "one-per-agg", "backlog", "ferry/plain", "0.60×", "3.0×",
 		"Cost per event", "1.80", "Producer commit rate", "2,000", "60%",
 		"PASS", "MISS", "every committed event was received",
+		"steady-100 ferry after the first 10s (every aggregate's first event in it): p50 37.5ms, p95 75.0ms, p99 150ms, max 300ms",
+		"got p99 300ms (after the first 10s: p99 150ms)",
+		"+ a plain second row (reference: any insert)", "1,700", "a plain second row costs 15%",
 	} {
 		require.Contains(t, text, want)
 	}

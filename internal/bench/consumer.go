@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +118,54 @@ func (t *Tally) Check(committed map[string]time.Time) (Verdict, []time.Duration,
 		}
 	}
 	return v, lat, t.last
+}
+
+// WarmUp is the start of a steady-rate run that Latency after warm-up
+// leaves out: the first event of each of its 100 aggregates starts a
+// workflow, all within the first second.
+const WarmUp = 10 * time.Second
+
+// latenciesAfter is Check's latencies of the events committed at or after
+// from.
+func (t *Tally) latenciesAfter(committed map[string]time.Time, from time.Time) []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var lat []time.Duration
+	for id, at := range committed {
+		if got, ok := t.first[id]; ok && !at.Before(from) {
+			lat = append(lat, max(0, got.Sub(at)))
+		}
+	}
+	return lat
+}
+
+// writeTimeline writes one line per received event, in commit order:
+// milliseconds from the first commit to its commit, its latency (commit →
+// receipt) and its id. It shows when in a run the slow events were.
+func (t *Tally) writeTimeline(w io.Writer, committed map[string]time.Time) error {
+	t.mu.Lock()
+	type point struct {
+		id      string
+		at, got time.Time
+	}
+	points := make([]point, 0, len(committed))
+	for id, at := range committed {
+		if got, ok := t.first[id]; ok {
+			points = append(points, point{id, at, got})
+		}
+	}
+	t.mu.Unlock()
+	if len(points) == 0 {
+		return nil
+	}
+	slices.SortFunc(points, func(a, b point) int { return a.at.Compare(b.at) })
+	bw := bufio.NewWriter(w)
+	fmt.Fprintln(bw, "commit_ms,latency_ms,event_id")
+	for _, p := range points {
+		fmt.Fprintf(bw, "%.1f,%.1f,%s\n", float64(p.at.Sub(points[0].at).Microseconds())/1000,
+			float64(max(0, p.got.Sub(p.at)).Microseconds())/1000, p.id)
+	}
+	return bw.Flush()
 }
 
 // Consumer is the counting consumer: its own exclusive queue bound to

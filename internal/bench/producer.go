@@ -130,6 +130,20 @@ func (p *producer) commit(ctx context.Context, aggID string, evs []outbox.Event)
 	return ids, nil
 }
 
+// commitTwoRows is the reference for what any second insert costs: the
+// business row and a second row of the same table carrying the payload.
+func (p *producer) commitTwoRows(ctx context.Context, aggID, body string) error {
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlBusinessRow, aggID, 42, "bench"); err != nil {
+			return fmt.Errorf("insert business row: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sqlBusinessRow, aggID, 43, body); err != nil {
+			return fmt.Errorf("insert second row: %w", err)
+		}
+		return nil
+	})
+}
+
 // produce commits a non-steady shape's transactions as fast as the clients
 // go. Aggregates interleave: transaction i belongs to aggregate i mod the
 // aggregate count.
@@ -183,9 +197,17 @@ func (p *producer) produceSteady(ctx context.Context, s shape, d time.Duration, 
 
 func aggregateID(i int) string { return fmt.Sprintf("a%06d", i) }
 
+// What each commitRate transaction writes besides its business row.
+const (
+	extraNone     = iota // the business row alone
+	extraOutbox          // one outbox event through package outbox
+	extraPlainRow        // a second business row carrying the event's payload
+)
+
 // commitRate runs transactions back to back on every client for d and
-// returns the commits per second. withOutbox adds one outbox event to each.
-func (p *producer) commitRate(ctx context.Context, d time.Duration, aggType string, withOutbox bool) (float64, error) {
+// returns the commits per second. extra says what each transaction writes
+// besides its business row.
+func (p *producer) commitRate(ctx context.Context, d time.Duration, aggType string, extra int) (float64, error) {
 	var n atomic.Int64
 	body := payload(128)
 	ctx, cancel := context.WithTimeout(ctx, d)
@@ -197,8 +219,18 @@ func (p *producer) commitRate(ctx context.Context, d time.Duration, aggType stri
 			for i := 0; gctx.Err() == nil; i++ {
 				agg := aggregateID(client*1_000_000 + i)
 				var evs []outbox.Event
-				if withOutbox {
+				if extra == extraOutbox {
 					evs = []outbox.Event{{AggregateType: aggType, AggregateID: agg, EventType: "bench", Payload: body}}
+				}
+				if extra == extraPlainRow {
+					if err := p.commitTwoRows(gctx, agg, string(body)); err != nil {
+						if gctx.Err() != nil {
+							return nil
+						}
+						return err
+					}
+					n.Add(1)
+					continue
 				}
 				if _, err := p.commit(gctx, agg, evs); err != nil {
 					if gctx.Err() != nil {

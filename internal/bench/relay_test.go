@@ -83,7 +83,7 @@ func TestCommitRateWritesBusinessRowsAndEvents(t *testing.T) {
 	require.NoError(t, err)
 	p := &producer{pool: db.Pool, writer: w, clients: 2}
 
-	rate, err := p.commitRate(t.Context(), 300*time.Millisecond, "bench_rate", true)
+	rate, err := p.commitRate(t.Context(), 300*time.Millisecond, "bench_rate", extraOutbox)
 	require.NoError(t, err)
 	require.Positive(t, rate)
 	var events, rows int
@@ -92,9 +92,21 @@ func TestCommitRateWritesBusinessRowsAndEvents(t *testing.T) {
 	require.Positive(t, events)
 	require.Equal(t, rows, events, "one event per committed business row")
 
-	_, err = p.commitRate(t.Context(), 300*time.Millisecond, "bench_rate", false)
+	_, err = p.commitRate(t.Context(), 300*time.Millisecond, "bench_rate", extraNone)
 	require.NoError(t, err)
-	var events2 int
+	var events2, rows2 int
 	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_events`).Scan(&events2))
 	require.Equal(t, events, events2, "the business-only variant writes no events")
+	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM bench_orders`).Scan(&rows2))
+	require.Greater(t, rows2, rows)
+
+	// The reference variant: two business rows per transaction, no event.
+	_, err = p.commitRate(t.Context(), 300*time.Millisecond, "bench_rate", extraPlainRow)
+	require.NoError(t, err)
+	var events3, rows3, seconds int
+	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_events`).Scan(&events3))
+	require.Equal(t, events, events3, "the plain-row variant writes no events")
+	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE amount = 43) FROM bench_orders`).Scan(&rows3, &seconds))
+	require.Positive(t, seconds)
+	require.Equal(t, 2*seconds, rows3-rows2, "each transaction wrote both rows")
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -241,12 +242,13 @@ const (
 	commitBusiness = "business row only"
 	commitOutbox   = "+ outbox insert (NOTIFY trigger on, as shipped)"
 	commitNoNotify = "+ outbox insert, NOTIFY trigger disabled"
+	commitPlainRow = "+ a plain second row (reference: any insert)"
 )
 
-// commitRates measures the producer's commit rate in three variants, each
+// commitRates measures the producer's commit rate in four variants, each
 // rep in a rotated order, with no relay running.
 func (r *runner) commitRates(ctx context.Context) (*CommitSummary, error) {
-	variants := []string{commitBusiness, commitOutbox, commitNoNotify}
+	variants := []string{commitBusiness, commitOutbox, commitNoNotify, commitPlainRow}
 	samples := map[string][]float64{}
 	for rep := 1; rep <= r.cfg.Reps; rep++ {
 		for i := range variants {
@@ -261,7 +263,14 @@ func (r *runner) commitRates(ctx context.Context) (*CommitSummary, error) {
 				}
 			}
 			r.seq++
-			rate, err := r.prod.commitRate(ctx, r.cfg.CommitDuration, fmt.Sprintf("r%d_commit", r.seq), v != commitBusiness)
+			extra := extraOutbox
+			switch v {
+			case commitBusiness:
+				extra = extraNone
+			case commitPlainRow:
+				extra = extraPlainRow
+			}
+			rate, err := r.prod.commitRate(ctx, r.cfg.CommitDuration, fmt.Sprintf("r%d_commit", r.seq), extra)
 			if v == commitNoNotify {
 				if _, err := r.pool.Exec(context.WithoutCancel(ctx), "ALTER TABLE outbox_events ENABLE TRIGGER outbox_events_notify"); err != nil {
 					return nil, fmt.Errorf("enable the NOTIFY trigger again: %w", err)
@@ -279,10 +288,12 @@ func (r *runner) commitRates(ctx context.Context) (*CommitSummary, error) {
 	}
 	c := &CommitSummary{Clients: r.cfg.Clients, Seconds: r.cfg.CommitDuration.Seconds(),
 		BusinessOnly: Median(samples[commitBusiness]), WithOutbox: Median(samples[commitOutbox]),
-		WithOutboxNoNotify: Median(samples[commitNoNotify]),
-		Samples:            map[string][]float64{"business_only": samples[commitBusiness], "with_outbox": samples[commitOutbox], "with_outbox_no_notify": samples[commitNoNotify]}}
+		WithOutboxNoNotify: Median(samples[commitNoNotify]), WithPlainRow: Median(samples[commitPlainRow]),
+		Samples: map[string][]float64{"business_only": samples[commitBusiness], "with_outbox": samples[commitOutbox],
+			"with_outbox_no_notify": samples[commitNoNotify], "with_plain_row": samples[commitPlainRow]}}
 	c.OutboxCost = 1 - c.WithOutbox/c.BusinessOnly
 	c.OutboxCostNoNotify = 1 - c.WithOutboxNoNotify/c.BusinessOnly
+	c.PlainRowCost = 1 - c.WithPlainRow/c.BusinessOnly
 	return c, nil
 }
 
@@ -471,6 +482,11 @@ func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (R
 	}
 
 	verdict, lat, last := tally.Check(commits.at)
+	if err := writeFile(filepath.Join(r.cfg.OutDir, "logs", fmt.Sprintf("run%02d-%s-latency.csv", seq, system)), func(w io.Writer) error {
+		return tally.writeTimeline(w, commits.at)
+	}); err != nil {
+		r.progress.say("latency timeline not written: %v", err)
+	}
 	res.Events = len(commits.at)
 	res.Transactions = commits.transactions
 	res.ProduceSeconds = commits.last.Sub(commits.first).Seconds()
@@ -483,6 +499,10 @@ func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (R
 		res.Throughput = float64(res.Events-verdict.Lost) / res.ElapsedSeconds
 	}
 	res.Latency = Summarize(lat)
+	if s.rate > 0 {
+		warm := Summarize(tally.latenciesAfter(commits.at, commits.first.Add(WarmUp)))
+		res.Warm = &warm
+	}
 	res.latencies = lat
 	res.Verdict = verdict
 	if errSys == nil {
