@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ferry-outbox/ferry/sandbox/internal/serve"
 )
 
 // Fault is what the server does wrong with one request.
@@ -134,9 +135,7 @@ type Server struct {
 	posts    int
 
 	srv     *http.Server
-	ln      net.Listener
-	done    chan struct{}
-	stopped bool
+	loop    serve.Loop
 	stopCtx context.Context
 	stopAll context.CancelFunc
 }
@@ -171,38 +170,23 @@ func New(cfg Config) (*Server, error) {
 // Start listens and serves in the background; it returns once the address
 // is bound.
 func (s *Server) Start(ctx context.Context) error {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("payprovider: listen on %s: %w", s.cfg.Addr, err)
+	if err := s.loop.Start(ctx, s.cfg.Addr, s.srv.Serve); err != nil {
+		return fmt.Errorf("payprovider: %w", err)
 	}
-	s.ln = ln
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		_ = s.srv.Serve(ln)
-	}()
 	return nil
 }
 
 // Stop closes the listener and every connection (slow responses are cut
 // short) and waits for the server to finish. Safe to call twice.
 func (s *Server) Stop() {
-	s.mu.Lock()
-	if s.stopped || s.done == nil {
-		s.stopped = true
-		s.mu.Unlock()
-		return
-	}
-	s.stopped = true
-	s.mu.Unlock()
-	s.stopAll()
-	_ = s.srv.Close()
-	<-s.done
+	s.loop.Stop(func() {
+		s.stopAll()
+		_ = s.srv.Close()
+	})
 }
 
 // URL is the base URL, e.g. http://127.0.0.1:41234.
-func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+func (s *Server) URL() string { return "http://" + s.loop.Addr() }
 
 // SetFaults replaces the fault function (nil: none).
 func (s *Server) SetFaults(f func(Request) Fault) {

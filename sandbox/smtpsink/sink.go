@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/mail"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/emersion/go-smtp"
+
+	"github.com/ferry-outbox/ferry/sandbox/internal/serve"
 )
 
 // Fault is what the sink does wrong with one message.
@@ -77,17 +78,15 @@ type Config struct {
 
 // Server is the SMTP sink.
 type Server struct {
-	cfg Config
-	srv *smtp.Server
-	ln  net.Listener
+	cfg  Config
+	srv  *smtp.Server
+	loop serve.Loop
 
 	mu       sync.Mutex
 	faults   func(Attempt) Fault
 	messages []Message
 	seen     map[string]int
 	injected map[Fault]int
-	done     chan struct{}
-	stopped  bool
 }
 
 // New validates cfg.
@@ -110,37 +109,20 @@ func New(cfg Config) (*Server, error) {
 
 // Start listens and serves in the background.
 func (s *Server) Start(ctx context.Context) error {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("smtpsink: listen on %s: %w", s.cfg.Addr, err)
+	if err := s.loop.Start(ctx, s.cfg.Addr, s.srv.Serve); err != nil {
+		return fmt.Errorf("smtpsink: %w", err)
 	}
-	s.ln = ln
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		_ = s.srv.Serve(ln)
-	}()
 	return nil
 }
 
 // Stop closes the listener and every connection and waits. Safe to call
 // twice.
 func (s *Server) Stop() {
-	s.mu.Lock()
-	if s.stopped || s.done == nil {
-		s.stopped = true
-		s.mu.Unlock()
-		return
-	}
-	s.stopped = true
-	s.mu.Unlock()
-	_ = s.srv.Close()
-	<-s.done
+	s.loop.Stop(func() { _ = s.srv.Close() })
 }
 
 // Addr is host:port.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+func (s *Server) Addr() string { return s.loop.Addr() }
 
 // SetFaults replaces the fault function (nil: none).
 func (s *Server) SetFaults(f func(Attempt) Fault) {
