@@ -182,3 +182,34 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// closeRun terminates the run's aggregate workflows that are still open,
+// idle until ferry's idle timeout. Left alone, each would fire its timer
+// and complete (with no worker on the run's task queue, its last workflow
+// task would wait forever) during a later run, whose figures would then
+// carry the earlier run's completions: thousands after one-per-agg. It
+// returns how many it terminated.
+func closeRun(ctx context.Context, c client.Client, aggType string, aggIDs []string) (int, error) {
+	var mu sync.Mutex
+	closed := 0
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, id := range aggIDs {
+		g.Go(func() error {
+			err := c.TerminateWorkflow(gctx, workflows.WorkflowID(aggType, id), "", "ferry-bench: the run is over")
+			var notFound *serviceerror.NotFound
+			switch {
+			case errors.As(err, &notFound):
+				return nil // completed already
+			case err != nil:
+				return fmt.Errorf("terminate %s: %w", workflows.WorkflowID(aggType, id), err)
+			}
+			mu.Lock()
+			closed++
+			mu.Unlock()
+			return nil
+		})
+	}
+	err := g.Wait()
+	return closed, err
+}

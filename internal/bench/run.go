@@ -64,7 +64,7 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 	}
 	steps := len(deliveries) * len(r.cfg.Systems) * r.cfg.Reps
 	if r.hasWorkload(WorkloadCommit) {
-		steps += 3 * r.cfg.Reps
+		steps += len(commitVariants) * r.cfg.Reps
 	}
 	r.progress.steps = steps
 
@@ -245,10 +245,14 @@ const (
 	commitPlainRow = "+ a plain second row (reference: any insert)"
 )
 
+// commitVariants are the commit workload's transactions, in the first
+// rep's order.
+var commitVariants = []string{commitBusiness, commitOutbox, commitNoNotify, commitPlainRow}
+
 // commitRates measures the producer's commit rate in four variants, each
 // rep in a rotated order, with no relay running.
 func (r *runner) commitRates(ctx context.Context) (*CommitSummary, error) {
-	variants := []string{commitBusiness, commitOutbox, commitNoNotify, commitPlainRow}
+	variants := commitVariants
 	samples := map[string][]float64{}
 	for rep := 1; rep <= r.cfg.Reps; rep++ {
 		for i := range variants {
@@ -537,6 +541,19 @@ func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (R
 	}
 	if err := sys.stop(30 * time.Second); err != nil {
 		r.progress.say("%v", err)
+	}
+	if system == SystemFerry && r.tc != nil {
+		ids := s.aggregateIDs(res.Events)
+		r.progress.say("terminating this run's open workflows (%s aggregates), so their idle timeouts do not load the next run…", count(len(ids)))
+		began := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		n, err := closeRun(cctx, r.tc, aggType, ids)
+		cancel()
+		if err != nil {
+			r.progress.say("could not terminate them all (%v): the next run may carry their completions", err)
+		} else {
+			r.progress.say("terminated %s in %s", count(n), time.Since(began).Round(100*time.Millisecond))
+		}
 	}
 	r.progress.done("%s", res.oneLine())
 	return res, nil
