@@ -57,6 +57,17 @@ func TestRelayDeliversEverythingInOrder(t *testing.T) {
 	for tally.Received() < 300 {
 		require.True(t, sleepCtx(ctx, 50*time.Millisecond), "only %d of 300 events arrived", tally.Received())
 	}
+	// The consumer can see a batch before the relay has marked it: stop
+	// the relay only once every row is marked, or the last batch's marking
+	// is cancelled (its rows stay pending, to be published again).
+	for {
+		var pending int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status <> 'published'`).Scan(&pending))
+		if pending == 0 {
+			break
+		}
+		require.True(t, sleepCtx(ctx, 50*time.Millisecond), "%d rows arrived but were never marked published", pending)
+	}
 	stopRelay()
 	require.NoError(t, <-relayDone)
 	require.Equal(t, 300, relay.Published)
