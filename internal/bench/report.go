@@ -430,20 +430,14 @@ func (res *Results) WriteTable(w io.Writer) {
 		bound := false
 		fmt.Fprintf(tw, "%-12s\t%-11s\tevents\tevents/s\tp50\tp95\tp99\tmax\tlost\tdup\tdisorder\t\n", "workload", "system")
 		for _, ws := range res.Workloads {
-			name := ws.Name
-			for _, sys := range []string{SystemFerry, SystemPlain} {
-				s := ws.system(sys)
-				if s == nil {
-					continue
-				}
+			for _, s := range ws.ran() {
 				eps := count(int(math.Round(s.Throughput)))
 				if s.producerBound() && !strings.HasPrefix(ws.Name, "steady") {
 					eps = "‡" + eps
 					bound = true
 				}
-				fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", name, sys, count(s.Events), eps,
+				fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", s.label, s.name, count(s.Events), eps,
 					dur(s.Latency.P50), dur(s.Latency.P95), dur(s.Latency.P99), dur(s.Latency.Max), s.Lost, s.Duplicates, s.OutOfOrder)
-				name = ""
 			}
 			if ws.Ferry != nil && ws.Plain != nil {
 				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", "ferry/plain", ws.ThroughputRatio, ws.P99Ratio)
@@ -454,10 +448,10 @@ func (res *Results) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  ‡ the relay finished within 25%% of the producer's own time: this is the producer's rate, not the relay's limit\n")
 		}
 		for _, ws := range res.Workloads {
-			for _, sys := range []string{SystemFerry, SystemPlain} {
-				if s := ws.system(sys); s != nil && s.Warm != nil {
+			for _, s := range ws.ran() {
+				if s.Warm != nil {
 					fmt.Fprintf(w, "  %s %s after the first %s (every aggregate's first event in it): p50 %s, p95 %s, p99 %s, max %s\n",
-						ws.Name, sys, WarmUp, dur(s.Warm.P50), dur(s.Warm.P95), dur(s.Warm.P99), dur(s.Warm.Max))
+						ws.Name, s.name, WarmUp, dur(s.Warm.P50), dur(s.Warm.P95), dur(s.Warm.P99), dur(s.Warm.Max))
 				}
 			}
 		}
@@ -467,12 +461,7 @@ func (res *Results) WriteTable(w io.Writer) {
 		sampled := false
 		fmt.Fprintf(tw, "%-12s\t%-11s\thistory ev/event\twf tasks/event\tCPU s/1k ev relay\tCPU s/1k ev Temporal\tpeak MiB relay\tpeak MiB Temporal\t\n", "workload", "system")
 		for _, ws := range res.Workloads {
-			name := ws.Name
-			for _, sys := range []string{SystemFerry, SystemPlain} {
-				s := ws.system(sys)
-				if s == nil {
-					continue
-				}
+			for _, s := range ws.ran() {
 				hist, wft := "–", "–"
 				if s.HistoryPerEvent > 0 {
 					hist, wft = fmt.Sprintf("%.2f", s.HistoryPerEvent), fmt.Sprintf("%.2f", s.WorkflowTasksPerEvent)
@@ -486,8 +475,7 @@ func (res *Results) WriteTable(w io.Writer) {
 				if s.TemporalPeakMiB > 0 {
 					tcpu, tmem = fmt.Sprintf("%.2f", s.TemporalCPUPer1k), fmt.Sprintf("%.0f", s.TemporalPeakMiB)
 				}
-				fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t\n", name, sys, hist, wft, s.RelayCPUPer1k, tcpu, s.RelayPeakMiB, tmem)
-				name = ""
+				fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t\n", s.label, s.name, hist, wft, s.RelayCPUPer1k, tcpu, s.RelayPeakMiB, tmem)
 			}
 		}
 		tw.Flush()
@@ -539,6 +527,28 @@ func (ws WorkloadSummary) system(name string) *SystemSummary {
 		return ws.Ferry
 	}
 	return ws.Plain
+}
+
+// ranSystem is one system that ran a workload, as a table row: label is the
+// workload's name on its first row, empty on the next.
+type ranSystem struct {
+	label, name string
+	*SystemSummary
+}
+
+// ran lists the systems that ran the workload, Ferry first.
+func (ws WorkloadSummary) ran() []ranSystem {
+	var out []ranSystem
+	for _, sys := range []string{SystemFerry, SystemPlain} {
+		if s := ws.system(sys); s != nil {
+			label := ""
+			if len(out) == 0 {
+				label = ws.Name
+			}
+			out = append(out, ranSystem{label, sys, s})
+		}
+	}
+	return out
 }
 
 // oneLine is a run's outcome for the progress output.
