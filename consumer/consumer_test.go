@@ -65,10 +65,7 @@ func setup(t *testing.T) *env {
 	require.NoError(t, ch.Confirm(false))
 	e := &env{t: t, db: db, broker: b, proxy: proxy, queue: testenv.Name("ferry.consumer"), inbox: in, ch: ch, logs: &testenv.Buffer{}}
 	t.Cleanup(func() {
-		for _, q := range []string{e.queue, e.queue + ".retry", e.queue + ".dlq"} {
-			_, _ = ch.QueueDelete(q, false, false, false)
-		}
-		_ = ch.ExchangeDelete(e.queue+".dlx", false, false)
+		testenv.DeleteConsumerTopology(ch, e.queue)
 		_ = conn.Close()
 	})
 	return e

@@ -358,10 +358,7 @@ func deleteConsumerQueues(t *testing.T, amqpURL, queue string) {
 		t.Errorf("delete the checker's queues: %v", err)
 		return
 	}
-	for _, q := range []string{queue, queue + ".retry", queue + ".dlq"} {
-		_, _ = ch.QueueDelete(q, false, false, false)
-	}
-	_ = ch.ExchangeDelete(queue+".dlx", false, false)
+	testenv.DeleteConsumerTopology(ch, queue)
 }
 
 // startConsumer runs a checker consumer process (see checkerConsumerMain).

@@ -105,12 +105,7 @@ func TestConsumeExampleServesConsumerMetrics(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		for _, q := range []string{queue, queue + ".retry", queue + ".dlq"} {
-			_, _ = ch.QueueDelete(q, false, false, false)
-		}
-		_ = ch.ExchangeDelete(queue+".dlx", false, false)
-	})
+	t.Cleanup(func() { testenv.DeleteConsumerTopology(ch, queue) })
 	require.NoError(t, ch.Confirm(false))
 	send := func(id string, schema int64) {
 		t.Helper()

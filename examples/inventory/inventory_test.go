@@ -33,12 +33,7 @@ func TestExampleAppliesOnceAndPrintsDuplicates(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		for _, q := range []string{queue, queue + ".retry", queue + ".dlq"} {
-			_, _ = ch.QueueDelete(q, false, false, false)
-		}
-		_ = ch.ExchangeDelete(queue+".dlx", false, false)
-	})
+	t.Cleanup(func() { testenv.DeleteConsumerTopology(ch, queue) })
 
 	out := &testenv.Buffer{}
 	ctx, cancel := context.WithCancel(t.Context())

@@ -262,3 +262,13 @@ func (b *Broker) Unbind(t testing.TB, routingKey string) {
 		t.Fatalf("unbind %s from %q: %v", b.Queue, routingKey, err)
 	}
 }
+
+// DeleteConsumerTopology deletes what a consumer of queue declares (package
+// consumer): the queue, its .retry and .dlq queues and its .dlx exchange.
+// Errors are ignored: cleanup of what may not exist.
+func DeleteConsumerTopology(ch *amqp.Channel, queue string) {
+	for _, q := range []string{queue, queue + ".retry", queue + ".dlq"} {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	_ = ch.ExchangeDelete(queue+".dlx", false, false)
+}
