@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ferry-outbox/ferry/schema"
 )
 
 // Metrics are the counters Ferry's components increment. A nil *Metrics is
@@ -143,13 +145,14 @@ type outboxCollector struct {
 // NewOutboxCollector returns a collector of
 // ferry_outbox_events{aggregate_type,status} and
 // ferry_outbox_oldest_age_seconds{aggregate_type,status} over rows that are
-// not yet published (pending, dispatched, quarantined, skipped).
+// not yet delivered (pending, dispatched, quarantined; skipped rows were
+// given up on purpose and are not a backlog).
 func NewOutboxCollector(pool *pgxpool.Pool) prometheus.Collector {
 	labels := []string{"aggregate_type", "status"}
 	return &outboxCollector{
 		pool:    pool,
-		events:  prometheus.NewDesc("ferry_outbox_events", "Outbox rows not yet published, by aggregate type and status.", labels, nil),
-		age:     prometheus.NewDesc("ferry_outbox_oldest_age_seconds", "Age of the oldest row not yet published, by aggregate type and status.", labels, nil),
+		events:  prometheus.NewDesc("ferry_outbox_events", "Outbox rows not yet delivered (pending, dispatched, quarantined), by aggregate type and status.", labels, nil),
+		age:     prometheus.NewDesc("ferry_outbox_oldest_age_seconds", "Age of the oldest row not yet delivered, by aggregate type and status.", labels, nil),
 		errDesc: prometheus.NewDesc("ferry_outbox_scrape_error", "1 when reading the outbox for this scrape failed.", nil, nil),
 		size:    prometheus.NewDesc("ferry_outbox_table_bytes", "Size of outbox_events with its indexes and TOAST (retention keeps it bounded).", nil, nil),
 	}
@@ -162,12 +165,11 @@ func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.size
 }
 
-// sqlOutboxState groups the small undelivered part of the table; published
-// rows, the bulk, are excluded by the status filter.
-const sqlOutboxState = `
+// sqlOutboxState groups the small undelivered part of the table through
+// its partial indexes; delivered rows, the bulk, are never read.
+var sqlOutboxState = `
 SELECT aggregate_type, status, count(*), extract(epoch FROM now() - min(created_at))
-FROM outbox_events
-WHERE status <> 'published'
+FROM (` + schema.Undelivered + `) u
 GROUP BY aggregate_type, status`
 
 func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/effects"
+	"github.com/ferry-outbox/ferry/schema"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -25,7 +26,8 @@ type Snapshot struct {
 	At        time.Time `json:"at"`
 	Namespace string    `json:"namespace"`
 	TaskQueue string    `json:"task_queue"`
-	// Backlog: rows not yet published, by status.
+	// Backlog: rows not yet delivered (pending, dispatched, quarantined),
+	// by status.
 	Backlog []StatusCount `json:"backlog"`
 	// Published in the last minute and the last hour.
 	PublishedLastMinute int64     `json:"published_last_minute"`
@@ -83,9 +85,10 @@ type Run[T any] struct {
 	Result *T        `json:"result,omitempty"`
 }
 
-const sqlBacklog = `
+// sqlBacklog reads the undelivered rows through their partial indexes.
+var sqlBacklog = `
 SELECT status, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
-FROM outbox_events WHERE status <> 'published'
+FROM (` + schema.Undelivered + `) u
 GROUP BY status ORDER BY status`
 
 // sqlThroughput reads recent publications; published rows are the bulk of
@@ -261,7 +264,7 @@ func Render(w io.Writer, s Snapshot, color bool) {
 	}
 	fmt.Fprintf(w, "%sFerry status%s  namespace %s, task queue %s, at %s\n\n", bold, reset, s.Namespace, s.TaskQueue, s.At.Format(time.RFC3339))
 
-	fmt.Fprintf(w, "%sBacklog%s (rows not yet published)\n", bold, reset)
+	fmt.Fprintf(w, "%sBacklog%s (rows not yet delivered)\n", bold, reset)
 	if len(s.Backlog) == 0 {
 		fmt.Fprintf(w, "  %snone: everything committed is published%s\n", green, reset)
 	}
