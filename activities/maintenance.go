@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -50,7 +51,8 @@ func (a *Activities) PurgeOutbox(ctx context.Context, in workflows.RetentionInpu
 	if batch < 1 || batch > workflows.DefaultPurgeBatch {
 		batch = workflows.DefaultPurgeBatch
 	}
-	run := func(sql string, age interface{}, count *int64, what string) error {
+	// what names the step in errors, step in ferry_retention_rows_total.
+	run := func(sql string, age interface{}, count *int64, what, step string) error {
 		for {
 			tag, err := a.pool.Exec(ctx, sql, age, batch)
 			if err != nil {
@@ -60,18 +62,18 @@ func (a *Activities) PurgeOutbox(ctx context.Context, in workflows.RetentionInpu
 			*count += n
 			res.Batches++
 			activity.RecordHeartbeat(ctx, res)
-			a.maintenance.Retained(what, n)
+			a.maintenance.Retained(step, n)
 			if n < int64(batch) {
 				return nil
 			}
 		}
 	}
 	// Delete first: blanking payloads of rows about to go is wasted work.
-	if err := run(sqlDeleteDelivered, rowAge, &res.Deleted, "delete delivered rows"); err != nil {
+	if err := run(sqlDeleteDelivered, rowAge, &res.Deleted, "delete delivered rows", metrics.StepDelete); err != nil {
 		return res, err
 	}
 	if in.PayloadAge > 0 && in.PayloadAge < rowAge {
-		if err := run(sqlPurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads"); err != nil {
+		if err := run(sqlPurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads", metrics.StepPurgePayloads); err != nil {
 			return res, err
 		}
 	}

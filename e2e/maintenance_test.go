@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/metrics"
@@ -28,7 +32,10 @@ func runWorkflow(t *testing.T, e *env, id, name string, arg, result any) {
 func TestRetentionDeletesOnlyEligibleRows(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.startFerry(t, ferryOpts{noPoller: true})
+	reg := prometheus.NewRegistry()
+	mm, err := metrics.NewMaintenance(reg)
+	require.NoError(t, err)
+	e.startFerry(t, ferryOpts{noPoller: true, maint: mm})
 	ctx := context.Background()
 
 	// 5 old published, 1 old skipped, 2 recent published; old pending,
@@ -67,39 +74,94 @@ func TestRetentionDeletesOnlyEligibleRows(t *testing.T) {
 	require.Equal(t, int64(2), again.PayloadsPurged)
 	require.Equal(t, 2, e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published' AND payload = 'null'::jsonb`),
 		"identity and timestamps kept, payload gone")
+	require.Equal(t, 6.0, sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepDelete}))
+	require.Equal(t, 2.0, sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepPurgePayloads}))
+
+	// A batch size above 1000 is held to 1000 rows per statement.
+	_, err = e.db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, published_at)
+		SELECT $1, 'many', 'x', '{}', 'published', now() - interval '40 days', now() - interval '40 days' FROM generate_series(1, 1500)`, e.aggType)
+	require.NoError(t, err)
+	var big workflows.RetentionResult
+	runWorkflow(t, e, "retention3-"+e.taskQueue, workflows.RetentionWorkflowName,
+		workflows.RetentionInput{RowAge: 30 * 24 * time.Hour, BatchSize: 5000}, &big)
+	require.Equal(t, int64(1500), big.Deleted)
+	require.Equal(t, 2, big.Batches, "1000 rows, then 500")
+	require.Equal(t, 1506.0, sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepDelete}))
 }
 
-// Two workers keeping the schedules in place make one schedule per job,
-// not two.
-func TestSchedulesAreOnePerDeployment(t *testing.T) {
+// Two Ferry workers keeping the schedules in place make one schedule per
+// job, not two, and retention runs once per tick, not once per worker:
+// every run is the schedule's, and each eligible row is deleted by exactly
+// one of them.
+func TestRetentionRunsOncePerTickWithTwoWorkers(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	s := &worker.Schedules{RetentionEvery: time.Hour, ReconcileEvery: time.Hour}
-	e.startFerry(t, ferryOpts{noPoller: true, schedules: s})
-	e.startFerry(t, ferryOpts{noPoller: true, schedules: s})
+	const every = 2 * time.Second
+	s := &worker.Schedules{RetentionEvery: every, ReconcileEvery: time.Hour,
+		Retention: workflows.RetentionInput{RowAge: 30 * 24 * time.Hour, BatchSize: 2}}
 	ctx := context.Background()
 	t.Cleanup(func() {
 		for _, id := range []string{workflows.RetentionScheduleID, workflows.ReconcileScheduleID} {
 			_ = tclient.ScheduleClient().GetHandle(ctx, id+"/"+e.taskQueue).Delete(ctx)
 		}
 	})
+	for range 5 {
+		_, err := e.db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, published_at)
+			VALUES ($1, 'r', 'x', '{}', 'published', now() - interval '40 days', now() - interval '40 days')`, e.aggType)
+		require.NoError(t, err)
+	}
+	e.startFerry(t, ferryOpts{noPoller: true, schedules: s})
+	e.startFerry(t, ferryOpts{noPoller: true, schedules: s})
+
+	// One schedule per job on this task queue, whichever worker made it.
+	it, err := tclient.ScheduleClient().List(ctx, client.ScheduleListOptions{})
+	require.NoError(t, err)
+	perJob := map[string]int{}
+	for it.HasNext() {
+		entry, err := it.Next()
+		require.NoError(t, err)
+		if strings.HasSuffix(entry.ID, "/"+e.taskQueue) {
+			perJob[entry.WorkflowType.Name]++
+		}
+	}
+	require.Equal(t, map[string]int{workflows.RetentionWorkflowName: 1, workflows.ReconcileWorkflowName: 1}, perJob)
 	for _, id := range []string{workflows.RetentionScheduleID, workflows.ReconcileScheduleID} {
 		d, err := tclient.ScheduleClient().GetHandle(ctx, id+"/"+e.taskQueue).Describe(ctx)
 		require.NoError(t, err, id)
 		require.Len(t, d.Schedule.Spec.Intervals, 1)
-		require.Equal(t, time.Hour, d.Schedule.Spec.Intervals[0].Every)
 	}
-	it, err := tclient.ScheduleClient().List(ctx, client.ScheduleListOptions{})
-	require.NoError(t, err)
-	n := 0
-	for it.HasNext() {
-		entry, err := it.Next()
+
+	// Let it tick a few times; then the runs are exactly the schedule's
+	// actions, each completed, together deleting each row once.
+	handle := tclient.ScheduleClient().GetHandle(ctx, workflows.RetentionScheduleID+"/"+e.taskQueue)
+	var actions int
+	waitFor(t, 30*time.Second, "three retention ticks", func() bool {
+		d, err := handle.Describe(ctx)
 		require.NoError(t, err)
-		if entry.ID == workflows.RetentionScheduleID+"/"+e.taskQueue {
-			n++
-		}
+		actions = d.Info.NumActions
+		return actions >= 3
+	})
+	require.NoError(t, handle.Pause(ctx, client.SchedulePauseOptions{Note: "test: count the runs"}))
+	d, err := handle.Describe(ctx)
+	require.NoError(t, err)
+	actions = d.Info.NumActions
+	query := fmt.Sprintf("WorkflowType = '%s' AND TaskQueue = '%s'", workflows.RetentionWorkflowName, e.taskQueue)
+	var runs []*workflowpb.WorkflowExecutionInfo
+	waitFor(t, 30*time.Second, "every run in the visibility store", func() bool {
+		resp, err := tclient.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query})
+		require.NoError(t, err)
+		runs = resp.GetExecutions()
+		return len(runs) >= actions
+	})
+	require.Len(t, runs, actions, "one retention run per tick, not one per worker")
+	var deleted int64
+	for _, r := range runs {
+		var res workflows.RetentionResult
+		require.NoError(t, tclient.GetWorkflow(ctx, r.GetExecution().GetWorkflowId(), r.GetExecution().GetRunId()).Get(ctx, &res))
+		deleted += res.Deleted
 	}
-	require.Equal(t, 1, n)
+	require.Equal(t, int64(5), deleted, "each eligible row deleted by exactly one run")
+	require.Zero(t, e.count(t, `SELECT count(*) FROM outbox_events`))
 }
 
 // An aggregate workflow terminated with rows still dispatched: the
@@ -117,12 +179,16 @@ func TestReconcilerRedispatchesRowsOfALostWorkflow(t *testing.T) {
 	wf := workflows.WorkflowID(e.aggType, aggID(0))
 	require.NoError(t, tclient.TerminateWorkflow(ctx, wf, "", "operator mistake, in a test"))
 
-	e.startFerry(t, ferryOpts{noPoller: true})
+	reg := prometheus.NewRegistry()
+	mm, err := metrics.NewMaintenance(reg)
+	require.NoError(t, err)
+	e.startFerry(t, ferryOpts{noPoller: true, maint: mm})
 	var res workflows.ReconcileResult
 	runWorkflow(t, e, "reconcile-"+e.taskQueue, workflows.ReconcileWorkflowName,
 		workflows.ReconcileInput{OlderThan: time.Millisecond}, &res)
 	require.Equal(t, int64(3), res.Redispatched)
 	require.Equal(t, []string{wf}, res.Aggregates)
+	require.Equal(t, 3.0, sample(t, reg, "ferry_reconciled_rows_total", nil))
 
 	msgs := e.br.Collect(t, 3, time.Minute)
 	require.Len(t, msgs, 3)

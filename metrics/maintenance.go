@@ -22,7 +22,7 @@ func NewMaintenance(reg prometheus.Registerer) (*Maintenance, error) {
 	m := &Maintenance{
 		retention: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_retention_rows_total",
-			Help: "Rows handled by retention, by step (delete delivered rows, purge payloads).",
+			Help: "Rows handled by retention, by step: delete (delivered rows deleted), purge_payloads (payloads of delivered rows blanked).",
 		}, []string{"step"}),
 		reconciled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_reconciled_rows_total",
@@ -49,7 +49,14 @@ func NewMaintenance(reg prometheus.Registerer) (*Maintenance, error) {
 	return m, nil
 }
 
-// Retained counts rows handled by one retention step.
+// Steps of retention, the values of ferry_retention_rows_total's step label.
+const (
+	StepDelete        = "delete"
+	StepPurgePayloads = "purge_payloads"
+)
+
+// Retained counts rows handled by one retention step (StepDelete,
+// StepPurgePayloads).
 func (m *Maintenance) Retained(step string, n int64) {
 	if m != nil {
 		m.retention.WithLabelValues(step).Add(float64(n))
