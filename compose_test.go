@@ -16,6 +16,7 @@ type service struct {
 	Build       any      `yaml:"build"`
 	Command     []string `yaml:"command"`
 	Ports       []string `yaml:"ports"`
+	Expose      []string `yaml:"expose"`
 	Healthcheck struct {
 		Test    []string `yaml:"test"`
 		Disable bool     `yaml:"disable"`
@@ -123,6 +124,9 @@ func TestDockerComposeIsConsistent(t *testing.T) {
 	// The health check runs the image's binary (no shell or curl in it).
 	for _, name := range []string{"ferry-worker", "ferry-poller", "ferry-consumer"} {
 		require.Equal(t, []string{"CMD", "/ferry", "ping"}, c.Services[name].Healthcheck.Test, name)
+		// Every Ferry process serves /metrics, on the compose network.
+		require.Equal(t, "0.0.0.0:9090", c.Services[name].Environment["FERRY_METRICS_ADDRESS"], name)
+		require.Contains(t, c.Services[name].Expose, "9090", name)
 	}
 	require.Contains(t, c.Services["rabbitmq"].Image, "-management", "RabbitMQ with its management UI")
 	require.Contains(t, c.Services["rabbitmq"].Ports, "127.0.0.1:15672:15672", "management UI on localhost")

@@ -47,8 +47,15 @@ var (
 	// Config.OTelExporter's OTLP exporter, flushed on stop, or (the default)
 	// the global provider. Without it in the graph they use the global one.
 	Tracing = app.TracingModule
+	// Metrics provides Ferry's counters, which Poller and Worker count
+	// into, and the outbox collector (backlog, oldest age, table size; see
+	// README, Metrics). With a prometheus.Registerer in the graph they go
+	// there and your service's /metrics serves them; without one, Ferry
+	// serves its own registry on Config.MetricsAddress when set. Needs a
+	// *pgxpool.Pool.
+	Metrics = app.MetricsModule
 )
 
 // Module is everything for a service that brings nothing but a Config:
-// Tracing, Postgres, Temporal, Poller and Worker.
-var Module = fx.Options(Tracing, Postgres, Temporal, Poller, Worker)
+// Tracing, Postgres, Temporal, Metrics, Poller and Worker.
+var Module = fx.Options(Tracing, Postgres, Temporal, Metrics, Poller, Worker)

@@ -8,10 +8,12 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 )
@@ -26,6 +28,11 @@ type Deps struct {
 	Temporal client.Client
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, takes Ferry's collectors (README, Metrics): the
+	// relay's and maintenance counters, and the backlog, its oldest age and
+	// the table size read from Pool at scrape time. Your service's /metrics
+	// serves them. Nil: no metrics.
+	Metrics prometheus.Registerer
 }
 
 // Relay is a poller and/or a worker for services that do not use fx. It
@@ -62,12 +69,19 @@ func New(cfg Config, deps Deps, roles Roles) (*Relay, error) {
 		logger = slog.Default()
 	}
 	r := &Relay{cfg: cfg}
+	var m *metrics.Metrics
+	var mm *metrics.Maintenance
+	if deps.Metrics != nil {
+		if m, mm, err = app.RegisterMetrics(deps.Metrics, deps.Pool); err != nil {
+			return nil, fmt.Errorf("ferry: Deps.Metrics: %w", err)
+		}
+	}
 	if roles.Worker {
 		// Not dialled yet: Start connects it, and a publish redials.
 		if r.pub, err = broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout}); err != nil {
 			return nil, err
 		}
-		wcfg, err := app.WorkerConfig(cfg, deps.Pool, deps.Temporal, r.pub)
+		wcfg, err := app.WorkerConfig(cfg, deps.Pool, deps.Temporal, r.pub, m, mm)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +90,9 @@ func New(cfg Config, deps Deps, roles Roles) (*Relay, error) {
 		}
 	}
 	if roles.Poller {
-		if r.poller, err = poller.New(app.PollerConfig(cfg, deps.Pool, deps.Temporal, logger)); err != nil {
+		pc := app.PollerConfig(cfg, deps.Pool, deps.Temporal, logger)
+		pc.Metrics = m.Relay()
+		if r.poller, err = poller.New(pc); err != nil {
 			return nil, err
 		}
 	}

@@ -152,3 +152,34 @@ func scrape(t *testing.T, url string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// `ferry run --metrics-address` says where its /metrics are and serves
+// there what it did: the events it published and the outbox's state.
+func TestRunServesMetrics(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.startProcess(t, "run", "FERRY_METRICS_ADDRESS=127.0.0.1:0")
+	addr := regexp.MustCompile(`ferry: Prometheus /metrics on http://([0-9.:]+)/metrics`)
+	waitFor(t, 60*time.Second, "the /metrics address on ferry run's output", func() bool { return addr.MatchString(c.out.String()) })
+	url := "http://" + addr.FindStringSubmatch(c.out.String())[1] + "/metrics"
+
+	e.commitN(t, 4, 2)
+	e.br.Collect(t, 4, time.Minute)
+	want := []string{
+		`ferry_published_total{aggregate_type="` + e.aggType + `"} 4`,
+		`ferry_commit_to_published_seconds_count 4`,
+		`ferry_relay_claimed_total 4`,
+		`ferry_outbox_scrape_error 0`,
+		`ferry_outbox_table_bytes `,
+	}
+	backlog := `ferry_outbox_events{aggregate_type="` + e.aggType + `"`
+	waitFor(t, 30*time.Second, "ferry run's metrics, with no backlog left", func() bool {
+		body := scrape(t, url)
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return !strings.Contains(body, backlog)
+	})
+}

@@ -172,14 +172,9 @@ func OpenPublisher(ctx context.Context, cfg Config) (*broker.Publisher, error) {
 }
 
 // WorkerConfig is the worker's configuration over pool, Temporal and the
-// publisher, without metrics.
-func WorkerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher) (worker.Config, error) {
-	return WorkerConfigWithMetrics(cfg, pool, c, pub, nil)
-}
-
-// WorkerConfigWithMetrics is WorkerConfig whose activities count into m.
-func WorkerConfigWithMetrics(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics) (worker.Config, error) {
-	return workerConfigFull(cfg, pool, c, pub, m, nil, nil)
+// publisher; its activities count into m and mm (either may be nil).
+func WorkerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics, mm *metrics.Maintenance) (worker.Config, error) {
+	return workerConfigFull(cfg, pool, c, pub, m, mm, nil)
 }
 
 // tp, when nil, is the global provider (activities' default).

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
@@ -86,35 +87,74 @@ func workerConfig(d workerDeps) (worker.Config, error) {
 
 // MetricsModule provides Ferry's counters (*metrics.Metrics,
 // *metrics.Maintenance, and *metrics.Consumer for consumers in the same
-// process) on a registry with the outbox collector, served on
-// Config.MetricsAddress when set. Needs a *pgxpool.Pool.
+// process) with the outbox collector, and a *metrics.Server (nil when off).
+// They go to the service's prometheus.Registerer when its graph has one
+// (its own /metrics then serves them), else to a registry of Ferry's own,
+// served on Config.MetricsAddress when set. Needs a *pgxpool.Pool.
 var MetricsModule = fx.Module("ferry.metrics",
 	fx.Decorate(withDefaults),
 	fx.Provide(newMetrics),
 )
 
-func newMetrics(p Params, pool *pgxpool.Pool) (*metrics.Metrics, *metrics.Maintenance, *metrics.Consumer, error) {
-	reg := metrics.NewRegistry()
+type metricsDeps struct {
+	fx.In
+
+	Params
+	Pool       *pgxpool.Pool
+	Registerer prometheus.Registerer `optional:"true"`
+}
+
+type metricsOut struct {
+	fx.Out
+
+	Metrics     *metrics.Metrics
+	Maintenance *metrics.Maintenance
+	Consumer    *metrics.Consumer
+	// Server serves Ferry's own registry on Config.MetricsAddress; nil
+	// when that is empty or the service brought a Registerer.
+	Server *metrics.Server
+}
+
+func newMetrics(d metricsDeps) (metricsOut, error) {
+	var out metricsOut
+	reg := d.Registerer
+	var own *prometheus.Registry
+	if reg == nil {
+		own = metrics.NewRegistry()
+		reg = own
+	} else if d.Config.MetricsAddress != "" {
+		return out, fmt.Errorf("Config.MetricsAddress %q and a prometheus.Registerer in the graph: Ferry's metrics go to the Registerer, which your service serves; leave MetricsAddress empty", d.Config.MetricsAddress)
+	}
+	var err error
+	if out.Metrics, out.Maintenance, err = RegisterMetrics(reg, d.Pool); err != nil {
+		return out, err
+	}
+	if out.Consumer, err = metrics.NewConsumer(reg); err != nil {
+		return out, err
+	}
+	if own != nil && d.Config.MetricsAddress != "" {
+		out.Server = metrics.NewServer(d.Config.MetricsAddress, own)
+		d.Lifecycle.Append(fx.StartStopHook(out.Server.Start, out.Server.Stop))
+	}
+	return out, nil
+}
+
+// RegisterMetrics registers the relay's and maintenance counters and the
+// outbox collector (backlog, oldest age, table size, read from pool at
+// scrape time) on reg.
+func RegisterMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (*metrics.Metrics, *metrics.Maintenance, error) {
 	m, err := metrics.New(reg)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	mm, err := metrics.NewMaintenance(reg)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	mc, err := metrics.NewConsumer(reg)
-	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if err := reg.Register(metrics.NewOutboxCollector(pool)); err != nil {
-		return nil, nil, nil, fmt.Errorf("register outbox collector: %w", err)
+		return nil, nil, fmt.Errorf("register outbox collector: %w", err)
 	}
-	if p.Config.MetricsAddress != "" {
-		srv := metrics.NewServer(p.Config.MetricsAddress, reg)
-		p.Lifecycle.Append(fx.StartStopHook(srv.Start, srv.Stop))
-	}
-	return m, mm, mc, nil
+	return m, mm, nil
 }
 
 type pollerDeps struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/schema"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -186,7 +187,8 @@ func serveCmd(g *globals, use, short string, roles app.Roles) *cobra.Command {
 // serve runs the fx app until ctx ends. started, when not nil, runs once
 // everything is up; extra options join the app's (e.g. fx.Populate).
 func serve(ctx context.Context, cfg app.Config, roles app.Roles, logger *slog.Logger, out io.Writer, started func(), extra ...fx.Option) error {
-	a := fx.New(app.Options(cfg, roles, logger), fx.Options(extra...))
+	var metricsSrv *metrics.Server
+	a := fx.New(app.Options(cfg, roles, logger), fx.Populate(&metricsSrv), fx.Options(extra...))
 	if err := a.Err(); err != nil {
 		return app.RootCause(err)
 	}
@@ -197,6 +199,11 @@ func serve(ctx context.Context, cfg app.Config, roles app.Roles, logger *slog.Lo
 	}
 	fmt.Fprintf(out, "ferry: %s running: PostgreSQL %s → Temporal %s (namespace %s, task queue %s) → RabbitMQ %s (exchange %s). Ctrl-C stops.\n",
 		roleNames(roles), broker.Redact(cfg.PostgresURL), cfg.TemporalAddress, cfg.Namespace, cfg.TaskQueue, broker.Redact(cfg.AMQPURL), cfg.Exchange)
+	if metricsSrv != nil {
+		fmt.Fprintf(out, "ferry: Prometheus /metrics on http://%s/metrics\n", metricsSrv.Addr())
+	} else {
+		fmt.Fprintln(out, "ferry: no /metrics (set --metrics-address or FERRY_METRICS_ADDRESS to serve them)")
+	}
 	if started != nil {
 		started()
 	}

@@ -1,0 +1,91 @@
+package ferry_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/fx"
+
+	"github.com/ferry-outbox/ferry"
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/metrics"
+)
+
+// gathered lists the metric families reg holds, by name.
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetGauge() != nil:
+				out[mf.GetName()] += m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[mf.GetName()] += m.GetCounter().GetValue()
+			default:
+				out[mf.GetName()] += 0
+			}
+		}
+	}
+	return out
+}
+
+// A service that embeds Ferry with fx and has a Prometheus registry of its
+// own gets Ferry's metrics on it: the backlog read from its pool, and the
+// counters the poller and worker count into.
+func TestMetricsModuleUsesTheServicesRegisterer(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'created', '{}')`)
+	require.NoError(t, err)
+	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	reg := prometheus.NewRegistry()
+	var m *metrics.Metrics
+	var srv *metrics.Server
+	app := fx.New(fx.NopLogger, fx.Supply(ferry.Config{}),
+		fx.Provide(func() *pgxpool.Pool { return db.Pool }, func() client.Client { return lazy },
+			func() prometheus.Registerer { return reg }),
+		ferry.Metrics, ferry.Poller, needPoller,
+		fx.Populate(&m, &srv))
+	require.NoError(t, app.Err())
+	require.NotNil(t, m, "the poller counts into Ferry's metrics")
+	require.Nil(t, srv, "the service serves its own registry")
+
+	got := gathered(t, reg)
+	require.Equal(t, 1.0, got["ferry_outbox_events"], "the pending row, read from the service's pool")
+	require.Contains(t, got, "ferry_outbox_oldest_age_seconds")
+	require.Positive(t, got["ferry_outbox_table_bytes"])
+	require.Contains(t, got, "ferry_relay_claimed_total")
+	require.NotContains(t, got, "go_goroutines", "the service's registry keeps its own runtime collectors")
+
+	// Serving Ferry's own endpoint as well would serve nothing of Ferry's.
+	bad := fx.New(fx.NopLogger, fx.Supply(ferry.Config{MetricsAddress: "127.0.0.1:0"}),
+		fx.Provide(func() *pgxpool.Pool { return db.Pool }, func() prometheus.Registerer { return prometheus.NewRegistry() }),
+		ferry.Metrics, fx.Invoke(func(*metrics.Metrics) {}))
+	require.ErrorContains(t, bad.Err(), "MetricsAddress")
+}
+
+// ferry.New registers the same metrics on Deps.Metrics; registering twice on
+// one registry is an error naming the field, not a panic.
+func TestNewRegistersMetricsOnDeps(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	reg := prometheus.NewRegistry()
+	deps := ferry.Deps{Pool: db.Pool, Temporal: lazy, Metrics: reg}
+	r, err := ferry.New(ferry.Config{}, deps, ferry.Roles{Poller: true, Worker: true})
+	require.NoError(t, err)
+	t.Cleanup(r.Stop)
+	got := gathered(t, reg)
+	require.Positive(t, got["ferry_outbox_table_bytes"])
+	require.Contains(t, got, "ferry_relay_claimed_total")
+
+	_, err = ferry.New(ferry.Config{}, deps, ferry.Roles{Poller: true})
+	require.ErrorContains(t, err, "Deps.Metrics")
+}
