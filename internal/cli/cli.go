@@ -28,13 +28,24 @@ import (
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot(stdout, stderr)
+	root, g := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "ferry: %v\n", err)
+		fmt.Fprintf(stderr, "ferry: %s\n", g.maskError(err))
 		return 1
 	}
 	return 0
+}
+
+// maskError is err's text with the fragments of sensitive fields masked
+// (a database or validation error can quote a payload), when the flags
+// that name them were read.
+func (g *globals) maskError(err error) string {
+	red, rerr := g.cfg.Redactor()
+	if rerr != nil {
+		return err.Error()
+	}
+	return red.Text("", "", nil, err.Error())
 }
 
 type globals struct {
@@ -46,7 +57,7 @@ type globals struct {
 	stderr     io.Writer
 }
 
-func newRoot(stdout, stderr io.Writer) *cobra.Command {
+func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "ferry",
@@ -100,7 +111,7 @@ Every flag can also be set by the environment variable shown with it.`,
 		codecServerCmd(g),
 	)
 	root.AddCommand(operatorCmds(g)...)
-	return root
+	return root, g
 }
 
 func (g *globals) config() (app.Config, *slog.Logger, error) {

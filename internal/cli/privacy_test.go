@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,4 +69,17 @@ func TestCodecServerNeedsAKey(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 1, Main([]string{"codec-server"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "no codec key: set --codec-key")
+}
+
+// The error the command exits with passes the sensitive fields' mask too:
+// a database or validation error can quote a payload.
+func TestExitErrorIsMasked(t *testing.T) {
+	t.Parallel()
+	root, g := newRoot(&bytes.Buffer{}, &bytes.Buffer{})
+	require.NoError(t, root.PersistentFlags().Parse([]string{"--sensitive-field", "email"}))
+	err := errors.New(`patch rejected: {"email": "ann@example.com", "sku": "A-1"} email=ann@example.com`)
+	require.Equal(t, `patch rejected: {"email": "[redacted]", "sku": "A-1"} email=[redacted]`, g.maskError(err))
+
+	_, off := newRoot(&bytes.Buffer{}, &bytes.Buffer{})
+	require.Equal(t, err.Error(), off.maskError(err), "no sensitive field named: unchanged")
 }
