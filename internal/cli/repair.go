@@ -19,10 +19,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/internal/status"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -148,50 +148,29 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 	if err != nil {
 		return nil, err
 	}
-	var out []blockedRow
-	var token []byte
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: cfg.Namespace,
-			// Escalated effects set FerryBlocked too, but `ferry repair`
-			// does not apply to them: `ferry status` lists them apart.
-			Query:         fmt.Sprintf("%s = true AND ExecutionStatus = 'Running' AND WorkflowType = '%s'", workflows.SABlocked, workflows.AggregateWorkflowName),
-			NextPageToken: token,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list blocked workflows: %w", err)
-		}
-		for _, ex := range resp.Executions {
-			r := blockedRow{WorkflowID: ex.Execution.WorkflowId}
-			fields := ex.GetSearchAttributes().GetIndexedFields()
-			for name, dst := range map[string]*string{workflows.SABlockedEventID: &r.EventID, workflows.SABlockedEventType: &r.EventType, workflows.SAErrorClass: &r.ErrorClass} {
-				if p, ok := fields[name]; ok {
-					_ = json.Unmarshal(p.GetData(), dst)
-				}
-			}
-			if p, ok := fields[workflows.SABlockedSince]; ok {
-				_ = json.Unmarshal(p.GetData(), &r.Since)
-			}
-			var aggType, aggID string
-			var lastErr, payload *string
-			err := pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, last_error, payload::text FROM outbox_events WHERE id = $1`, r.EventID).
-				Scan(&aggType, &aggID, &r.Version, &lastErr, &payload)
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return nil, fmt.Errorf("load event %s: %w", r.EventID, err)
-			}
-			r.Aggregate = aggType + "/" + aggID
-			if lastErr != nil {
-				r.LastError = redactLastError(red, aggType, r.EventType, payload, *lastErr)
-			}
-			r.Retry = fmt.Sprintf("ferry repair %s --action retry --reason '…'", r.EventID)
-			r.Skip = fmt.Sprintf("ferry repair %s --action skip --reason '…'", r.EventID)
-			out = append(out, r)
-		}
-		token = resp.NextPageToken
-		if len(token) == 0 {
-			return out, nil
-		}
+	blocked, _, err := status.BlockedAggregates(ctx, c, cfg.Namespace, 0)
+	if err != nil {
+		return nil, err
 	}
+	out := make([]blockedRow, 0, len(blocked))
+	for _, b := range blocked {
+		r := blockedRow{WorkflowID: b.WorkflowID, EventID: b.EventID, EventType: b.EventType, ErrorClass: b.ErrorClass, Since: b.Since}
+		var aggType, aggID string
+		var lastErr, payload *string
+		err := pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, last_error, payload::text FROM outbox_events WHERE id = $1`, r.EventID).
+			Scan(&aggType, &aggID, &r.Version, &lastErr, &payload)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("load event %s: %w", r.EventID, err)
+		}
+		r.Aggregate = aggType + "/" + aggID
+		if lastErr != nil {
+			r.LastError = redactLastError(red, aggType, r.EventType, payload, *lastErr)
+		}
+		r.Retry = fmt.Sprintf("ferry repair %s --action retry --reason '…'", r.EventID)
+		r.Skip = fmt.Sprintf("ferry repair %s --action skip --reason '…'", r.EventID)
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 func repairCmd(g *globals) *cobra.Command {

@@ -32,7 +32,10 @@ type Snapshot struct {
 	// Published in the last minute and the last hour.
 	PublishedLastMinute int64     `json:"published_last_minute"`
 	PublishedLastHour   int64     `json:"published_last_hour"`
-	Blocked             []Blocked `json:"blocked"`
+	// Blocked: at most the first 100 (BlockedTruncated; `ferry blocked`
+	// lists all).
+	Blocked          []Blocked `json:"blocked"`
+	BlockedTruncated bool      `json:"blocked_truncated,omitempty"`
 	// EffectsWaiting are effect workflows (payments, e-mails) whose outcome
 	// is unknown: reconciling on their own, or escalated to an operator.
 	// Oldest first; at most the first 1000 running effect workflows are
@@ -103,9 +106,11 @@ FROM outbox_events WHERE status = 'published' AND published_at > now() - interva
 // their phase in the memo effects.MemoKey.
 var effectTypes = []string{effects.PaymentWorkflowName, effects.EmailWorkflowName}
 
-// maxEffectPages bounds the running effect workflows Collect looks at;
-// maxEffectLines the ones Render shows.
+// maxBlocked bounds the blocked aggregates Collect lists; maxEffectPages
+// the running effect workflows it looks at; maxEffectLines the ones Render
+// shows.
 const (
+	maxBlocked     = 100
 	maxEffectPages = 10
 	maxEffectLines = 20
 )
@@ -135,25 +140,8 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc conver
 	if err := pool.QueryRow(ctx, sqlThroughput).Scan(&s.PublishedLastMinute, &s.PublishedLastHour); err != nil {
 		return s, fmt.Errorf("read throughput: %w", err)
 	}
-	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-		Namespace: namespace,
-		// Escalated effects set FerryBlocked too; they are listed below.
-		Query:    fmt.Sprintf("%s = true AND ExecutionStatus = 'Running' AND WorkflowType = '%s'", workflows.SABlocked, workflows.AggregateWorkflowName),
-		PageSize: 100,
-	})
-	if err != nil {
-		return s, fmt.Errorf("list blocked workflows: %w", err)
-	}
-	for _, ex := range resp.Executions {
-		b := Blocked{WorkflowID: ex.Execution.WorkflowId}
-		fields := ex.GetSearchAttributes().GetIndexedFields()
-		for name, dst := range map[string]any{workflows.SABlockedEventID: &b.EventID, workflows.SABlockedEventType: &b.EventType,
-			workflows.SAErrorClass: &b.ErrorClass, workflows.SABlockedSince: &b.Since} {
-			if p, ok := fields[name]; ok {
-				_ = json.Unmarshal(p.GetData(), dst)
-			}
-		}
-		s.Blocked = append(s.Blocked, b)
+	if s.Blocked, s.BlockedTruncated, err = BlockedAggregates(ctx, c, namespace, maxBlocked); err != nil {
+		return s, err
 	}
 	if s.EffectsWaiting, s.EffectsTruncated, err = effectsWaiting(ctx, c, dc, namespace); err != nil {
 		return s, err
@@ -161,6 +149,42 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc conver
 	s.Retention = lastRun[workflows.RetentionResult](ctx, c, workflows.RetentionScheduleID+"/"+taskQueue)
 	s.Reconcile = lastRun[workflows.ReconcileResult](ctx, c, workflows.ReconcileScheduleID+"/"+taskQueue)
 	return s, nil
+}
+
+// BlockedAggregates lists the running aggregate workflows held at a
+// quarantined event (FerryBlocked), at most limit of them (0: all); more
+// says there were more. Escalated effects set FerryBlocked too: they are
+// not aggregates, and `ferry repair` does not apply to them.
+func BlockedAggregates(ctx context.Context, c client.Client, namespace string, limit int) (out []Blocked, more bool, err error) {
+	out = []Blocked{}
+	query := fmt.Sprintf("%s = true AND ExecutionStatus = 'Running' AND WorkflowType = '%s'", workflows.SABlocked, workflows.AggregateWorkflowName)
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: namespace, Query: query, PageSize: 100, NextPageToken: token,
+		})
+		if err != nil {
+			return out, false, fmt.Errorf("list blocked workflows: %w", err)
+		}
+		for _, ex := range resp.Executions {
+			if limit > 0 && len(out) == limit {
+				return out, true, nil
+			}
+			b := Blocked{WorkflowID: ex.Execution.WorkflowId}
+			fields := ex.GetSearchAttributes().GetIndexedFields()
+			for name, dst := range map[string]any{workflows.SABlockedEventID: &b.EventID, workflows.SABlockedEventType: &b.EventType,
+				workflows.SAErrorClass: &b.ErrorClass, workflows.SABlockedSince: &b.Since} {
+				if p, ok := fields[name]; ok {
+					_ = json.Unmarshal(p.GetData(), dst)
+				}
+			}
+			out = append(out, b)
+		}
+		token = resp.NextPageToken
+		if len(token) == 0 {
+			return out, false, nil
+		}
+	}
 }
 
 // effectsWaiting lists running effect workflows that are reconciling
@@ -287,8 +311,8 @@ func Render(w io.Writer, s Snapshot, color bool) {
 		fmt.Fprintf(w, "    retry after fixing the cause:  ferry repair %s --action retry --reason '…'\n", b.EventID)
 		fmt.Fprintf(w, "    or give the event up:          ferry repair %s --action skip --reason '…'\n", b.EventID)
 	}
-	if len(s.Blocked) == 100 {
-		fmt.Fprintln(w, "  (first 100; `ferry blocked` lists all)")
+	if s.BlockedTruncated {
+		fmt.Fprintf(w, "  (the first %d; `ferry blocked` lists all)\n", len(s.Blocked))
 	}
 
 	fmt.Fprintf(w, "\n%sEffects waiting on reconciliation%s (outcome unknown)\n", bold, reset)

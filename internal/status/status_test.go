@@ -84,6 +84,17 @@ func TestRenderColourOnlyWhenAsked(t *testing.T) {
 	require.Contains(t, colour.String(), "\x1b[33mferry-effect/charge/01a22c40", "reconciling ones in yellow")
 }
 
+// A cut list says so and names the command that lists all.
+func TestRenderSaysTheBlockedListIsCut(t *testing.T) {
+	var whole, cut bytes.Buffer
+	s := snapshot()
+	status.Render(&whole, s, false)
+	require.NotContains(t, whole.String(), "lists all")
+	s.BlockedTruncated = true
+	status.Render(&cut, s, false)
+	require.Contains(t, cut.String(), "  (the first 1; `ferry blocked` lists all)\n")
+}
+
 // --json carries everything the screen shows, for scripts.
 func TestSnapshotJSON(t *testing.T) {
 	raw, err := json.MarshalIndent(snapshot(), "", "  ")
