@@ -129,6 +129,9 @@ func TestConsumeExampleServesConsumerMetrics(t *testing.T) {
 		`ferry_consumer_dead_lettered_total{cause="schema-version",consumer="inventory"} 1`,
 		`ferry_consumer_lag_seconds_count{consumer="inventory"} 1`,
 		`ferry_consumer_queue_messages{consumer="inventory",queue="` + queue + `.dlq"} 1`,
+		// The inbox cleaner's first round ran at start: nothing expired.
+		`ferry_inbox_cleaned_rows_total{consumer="inventory"} 0`,
+		`ferry_inbox_cleaned_timestamp_seconds{consumer="inventory"} `,
 	}
 	var body string
 	waitFor(t, 30*time.Second, "the consumer's metrics", func() bool {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-outbox/ferry/internal/startstop"
+	"github.com/ferry-outbox/ferry/metrics"
 )
 
 // CleanerConfig configures a Cleaner.
@@ -37,6 +38,10 @@ type CleanerConfig struct {
 	Timeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Metrics counts the rows each round deletes and when it finished
+	// (ferry_inbox_cleaned_rows_total, ferry_inbox_cleaned_timestamp_seconds).
+	// Nil: not counted.
+	Metrics *metrics.Consumer
 }
 
 // Cleaner deletes inbox rows past their retention in bounded batches. Any
@@ -116,6 +121,7 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 	}
 	if !got {
 		c.log.Debug("another cleaner is running; skipping this round")
+		c.cfg.Metrics.InboxRoundDone(c.cfg.Consumer)
 		return 0, nil
 	}
 	defer func() {
@@ -139,7 +145,9 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 		}
 		n := int(tag.RowsAffected())
 		total += n
+		c.cfg.Metrics.InboxCleaned(c.cfg.Consumer, n)
 		if n < c.cfg.BatchSize {
+			c.cfg.Metrics.InboxRoundDone(c.cfg.Consumer)
 			return total, nil
 		}
 	}

@@ -10,12 +10,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/metrics"
 )
 
 func TestMain(m *testing.M) {
@@ -291,6 +293,24 @@ func countProcessed(t *testing.T, db *testenv.DB, consumer string) int {
 	return n
 }
 
+// gathered is the value of the one sample of name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1, name)
+			if c := mf.GetMetric()[0].GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s not gathered", name)
+	return 0
+}
+
 // Retention deletes only expired rows of its own consumer, in statements of
 // at most BatchSize rows each.
 func TestCleanerDeletesExpiredRowsInBoundedBatches(t *testing.T) {
@@ -308,11 +328,17 @@ func TestCleanerDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
-	c, err := inbox.NewCleaner(inbox.CleanerConfig{Pool: pool, Consumer: "test", Retention: 24 * time.Hour})
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewConsumer(reg)
 	require.NoError(t, err)
+	c, err := inbox.NewCleaner(inbox.CleanerConfig{Pool: pool, Consumer: "test", Retention: 24 * time.Hour, Metrics: m})
+	require.NoError(t, err)
+	before := time.Now().Unix()
 	n, err := c.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 2500, n)
+	require.Equal(t, 2500.0, gathered(t, reg, "ferry_inbox_cleaned_rows_total"), "cleanup progress on /metrics")
+	require.GreaterOrEqual(t, gathered(t, reg, "ferry_inbox_cleaned_timestamp_seconds"), float64(before))
 	require.Equal(t, []int64{1000, 1000, 500}, tracer.batches)
 	require.Equal(t, 10, countProcessed(t, db, "test"), "rows inside the retention stay")
 	require.Equal(t, 5, countProcessed(t, db, "other"), "another consumer's rows are its own cleaner's")

@@ -20,6 +20,8 @@ type Consumer struct {
 	deadLettered *prometheus.CounterVec
 	lag          *prometheus.HistogramVec
 	depth        *queueCollector
+	inboxCleaned *prometheus.CounterVec
+	inboxRound   *prometheus.GaugeVec
 }
 
 // NewConsumer creates the consumer metrics and registers them on reg.
@@ -46,7 +48,15 @@ func NewConsumer(reg prometheus.Registerer) (*Consumer, error) {
 			watched: map[string]QueueDepths{},
 		},
 	}
-	for _, col := range []prometheus.Collector{c.outcomes, c.deadLettered, c.lag, c.depth} {
+	c.inboxCleaned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ferry_inbox_cleaned_rows_total",
+		Help: "Inbox rows past their retention deleted by the inbox cleaner, by consumer.",
+	}, []string{"consumer"})
+	c.inboxRound = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ferry_inbox_cleaned_timestamp_seconds",
+		Help: "When this process's inbox cleaner last finished a round (Unix time), by consumer; a round another process's cleaner held counts too.",
+	}, []string{"consumer"})
+	for _, col := range []prometheus.Collector{c.outcomes, c.deadLettered, c.lag, c.depth, c.inboxCleaned, c.inboxRound} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metric: %w", err)
 		}
@@ -65,6 +75,22 @@ func (c *Consumer) Outcome(consumer, outcome string) {
 func (c *Consumer) DeadLettered(consumer, cause string) {
 	if c != nil {
 		c.deadLettered.WithLabelValues(consumer, cause).Inc()
+	}
+}
+
+// InboxCleaned counts rows the inbox cleaner deleted.
+func (c *Consumer) InboxCleaned(consumer string, rows int) {
+	if c != nil {
+		c.inboxCleaned.WithLabelValues(consumer).Add(float64(rows))
+	}
+}
+
+// InboxRoundDone records that a round of the inbox cleaner finished without
+// error (whether it deleted rows, found none, or another cleaner held it).
+func (c *Consumer) InboxRoundDone(consumer string) {
+	if c != nil {
+		c.inboxCleaned.WithLabelValues(consumer).Add(0)
+		c.inboxRound.WithLabelValues(consumer).SetToCurrentTime()
 	}
 }
 

@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	cleaner, err := inbox.NewCleaner(inbox.CleanerConfig{Pool: pool, Consumer: ConsumerName, Logger: cfg.Logger})
+	cleaner, err := inbox.NewCleaner(inbox.CleanerConfig{Pool: pool, Consumer: ConsumerName, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return err
 	}
