@@ -44,7 +44,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"action"}),
 		effectOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_effect_outcomes_total",
-			Help: "Answers to effect requests (payments, e-mails), by effect kind and outcome (succeeded, declined, invalid, unknown, not_sent, sent, rejected…).",
+			Help: "Answers to effect requests and settlements of unknown outcomes, by effect kind (charge, refund, email) and outcome: " +
+				"succeeded or sent; failed as declined, invalid, key_mismatch or rejected; unknown or ambiguous; " +
+				"reconciled (an unknown outcome settled by a payment lookup or an operator's e-mail resolution); " +
+				"not_sent, in_progress, rate_limited and unauthorized are retried attempts.",
 		}, []string{"kind", "outcome"}),
 		paymentLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_effect_payment_lookups_total",
@@ -102,6 +105,12 @@ func (m *Metrics) EffectOutcome(kind, outcome string) {
 	if m != nil {
 		m.effectOutcomes.WithLabelValues(kind, outcome).Inc()
 	}
+}
+
+// EffectReconciled counts one effect of kind whose unknown outcome was
+// settled: outcome "reconciled" of ferry_effect_outcomes_total.
+func (m *Metrics) EffectReconciled(kind string) {
+	m.EffectOutcome(kind, "reconciled")
 }
 
 // PaymentLookup counts one reconciliation lookup.

@@ -318,7 +318,8 @@ func (a *Activities) settle(ctx context.Context, key, status, reply string, res 
 	return nil
 }
 
-// ResolveEmail records an operator's decision about an ambiguous send.
+// ResolveEmail records an operator's decision about an ambiguous send,
+// which settles the unknown outcome: it counts as reconciled.
 func (a *Activities) ResolveEmail(ctx context.Context, in effects.EmailResolveInput) (effects.EmailResult, error) {
 	res := effects.EmailResult{Key: in.Key, Status: in.Status}
 	status := "marked_sent"
@@ -330,6 +331,7 @@ func (a *Activities) ResolveEmail(ctx context.Context, in effects.EmailResolveIn
 	if err != nil {
 		return res, fmt.Errorf("ledger: resolve %s: %w", in.Key, err)
 	}
+	a.cfg.Metrics.EffectReconciled(effects.KindEmail)
 	return res, nil
 }
 

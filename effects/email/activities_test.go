@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/log"
@@ -18,6 +19,7 @@ import (
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/sandbox/smtpsink"
 )
@@ -27,10 +29,12 @@ type bundle struct {
 	sink *smtpsink.Server
 	acts *email.Activities
 	env  *testsuite.TestActivityEnvironment
+	reg  *prometheus.Registry // the activities' metrics
 }
 
 // setup: a fresh schema with Ferry's migrations (the ledger included), an
-// SMTP sink on loopback, and the activities under policy.
+// SMTP sink on loopback, and the activities under policy, counting into a
+// registry of their own.
 func setup(t *testing.T, policy string) *bundle {
 	t.Helper()
 	db := testenv.Postgres(t)
@@ -38,14 +42,17 @@ func setup(t *testing.T, policy string) *bundle {
 	require.NoError(t, err)
 	require.NoError(t, sink.Start(context.Background()))
 	t.Cleanup(sink.Stop)
-	acts, err := email.NewActivities(email.Config{Pool: db.Pool, SMTPAddress: sink.Addr(), From: "shop@example.com", Ambiguous: policy})
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	acts, err := email.NewActivities(email.Config{Pool: db.Pool, SMTPAddress: sink.Addr(), From: "shop@example.com", Ambiguous: policy, Metrics: m})
 	require.NoError(t, err)
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivityWithOptions(acts.SendEmail, activity.RegisterOptions{Name: effects.SendEmailActivity})
 	env.RegisterActivityWithOptions(acts.ResolveEmail, activity.RegisterOptions{Name: effects.ResolveEmailActivity})
-	return &bundle{db: db, sink: sink, acts: acts, env: env}
+	return &bundle{db: db, sink: sink, acts: acts, env: env, reg: reg}
 }
 
 // event commits an order.created event and returns the e-mail request for
@@ -82,6 +89,30 @@ func errType(err error) string {
 		return appErr.Type()
 	}
 	return ""
+}
+
+// outcomes are ferry_effect_outcomes_total{kind="email"} by outcome.
+// (testutil reads values only from a collector, and metrics.Metrics keeps
+// its vectors to itself.)
+func (b *bundle) outcomes(t *testing.T) map[string]float64 {
+	t.Helper()
+	families, err := b.reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "ferry_effect_outcomes_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range s.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			require.Equal(t, effects.KindEmail, labels["kind"])
+			got[labels["outcome"]] = s.GetCounter().GetValue()
+		}
+	}
+	return got
 }
 
 func (b *bundle) ledger(t *testing.T, key string) (status string, attempts, ambiguous int) {
@@ -253,6 +284,9 @@ func TestResolveEmail(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, effects.EmailAlreadySent, again.Status)
 	require.Len(t, b.sink.Messages(), 1)
+	// The ambiguous drop counts as unknown, the operator's decision as
+	// its reconciliation; nothing counts as sent.
+	require.Equal(t, map[string]float64{"ambiguous": 1, "reconciled": 1}, b.outcomes(t))
 }
 
 func TestConfigValidation(t *testing.T) {

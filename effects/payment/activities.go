@@ -137,7 +137,7 @@ func (a *Activities) PreparePayment(ctx context.Context, in effects.PrepareInput
 // reconciles); what is safe to retry is a retryable error.
 func (a *Activities) SendPayment(ctx context.Context, req effects.PaymentRequest) (effects.PaymentOutcome, error) {
 	if activity.GetInfo(ctx).Attempt > 1 {
-		res, err := a.LookupPayment(ctx, req)
+		res, err := a.lookup(ctx, req)
 		switch {
 		case err != nil:
 			return effects.PaymentOutcome{}, err
@@ -188,8 +188,21 @@ func (a *Activities) SendPayment(ctx context.Context, req effects.PaymentRequest
 	}
 }
 
-// LookupPayment asks the provider what became of the request's key.
+// LookupPayment asks the provider what became of the request's key. The
+// workflow runs it only to reconcile an unknown outcome, so a key found
+// settles that outcome and counts as reconciled (the workflow stops looking
+// once it has the answer).
 func (a *Activities) LookupPayment(ctx context.Context, req effects.PaymentRequest) (effects.LookupResult, error) {
+	res, err := a.lookup(ctx, req)
+	if err == nil && res.Result == effects.LookupFound {
+		a.cfg.Metrics.EffectReconciled(req.Op)
+	}
+	return res, err
+}
+
+// lookup is LookupPayment without the reconciled count: SendPayment's
+// retries look the key up too, with no unknown outcome recorded before.
+func (a *Activities) lookup(ctx context.Context, req effects.PaymentRequest) (effects.LookupResult, error) {
 	var res effects.LookupResult
 	var found bool
 	var err error
