@@ -30,8 +30,8 @@ type Snapshot struct {
 	// by status.
 	Backlog []StatusCount `json:"backlog"`
 	// Published in the last minute and the last hour.
-	PublishedLastMinute int64     `json:"published_last_minute"`
-	PublishedLastHour   int64     `json:"published_last_hour"`
+	PublishedLastMinute int64 `json:"published_last_minute"`
+	PublishedLastHour   int64 `json:"published_last_hour"`
 	// Blocked: at most the first 100 (BlockedTruncated; `ferry blocked`
 	// lists all).
 	Blocked          []Blocked `json:"blocked"`
