@@ -290,7 +290,7 @@ func Render(w io.Writer, s Snapshot, color bool) {
 
 	fmt.Fprintf(w, "%sBacklog%s (rows not yet delivered)\n", bold, reset)
 	if len(s.Backlog) == 0 {
-		fmt.Fprintf(w, "  %snone: everything committed is published%s\n", green, reset)
+		fmt.Fprintf(w, "  %snone: everything committed is delivered%s\n", green, reset)
 	}
 	for _, b := range s.Backlog {
 		c := ""
