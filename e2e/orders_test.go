@@ -85,6 +85,14 @@ func TestOrdersExampleEndToEnd(t *testing.T) {
 
 	_, extra := br.Get(t, 500*time.Millisecond)
 	require.False(t, extra, "only the accepted order produced a message")
+
+	// The service's /metrics carries Ferry's series beside its own.
+	waitFor(t, 10*time.Second, "the publish on the service's /metrics", func() bool {
+		return strings.Contains(scrape(t, "http://"+srv.Addr()+"/metrics"), `ferry_published_total{aggregate_type="order"} 1`)
+	})
+	m := scrape(t, "http://"+srv.Addr()+"/metrics")
+	require.Contains(t, m, "ferry_outbox_table_bytes ")
+	require.Contains(t, m, "go_goroutines ", "the service's own runtime metrics")
 }
 
 // ferry.New, for services without fx: the same relay over the service's

@@ -22,6 +22,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry"
@@ -56,14 +59,16 @@ func ConfigFromEnv() Config {
 
 // Options is the whole service: a PostgreSQL pool and a Temporal client
 // from the Ferry config (a service that has them already provides its own),
-// Ferry's poller and worker, the orders table, and the HTTP server.
+// Ferry's poller and worker, the orders table, and the HTTP server
+// (POST /orders, and GET /metrics with Ferry's series beside the service's).
 func Options(cfg Config) fx.Option {
 	return fx.Options(
 		fx.Supply(cfg, cfg.Ferry),
 		ferry.Postgres, ferry.Temporal, // the service's pool and client
+		ferry.Metrics,              // Ferry's series on the service's registry
 		ferry.Poller, ferry.Worker, // the embedded relay
 		fx.Invoke(migrate),
-		fx.Provide(NewService, newServer),
+		fx.Provide(newRegistry, NewService, newServer),
 		fx.Invoke(func(*Server) {}),
 	)
 }
@@ -193,6 +198,14 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(created)
 }
 
+// newRegistry is the service's Prometheus registry: its runtime metrics,
+// and Ferry's (ferry.Metrics registers them on the prometheus.Registerer).
+func newRegistry() (*prometheus.Registry, prometheus.Registerer) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, reg
+}
+
 // Server is the HTTP server, started and stopped with the app.
 type Server struct {
 	srv  *http.Server
@@ -202,9 +215,10 @@ type Server struct {
 // Addr is the address the server listens on (useful with port 0).
 func (s *Server) Addr() string { return s.addr }
 
-func newServer(lc fx.Lifecycle, cfg Config, svc *Service) *Server {
+func newServer(lc fx.Lifecycle, cfg Config, svc *Service, reg *prometheus.Registry) *Server {
 	mux := http.NewServeMux()
 	mux.Handle("/orders", svc)
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
