@@ -122,16 +122,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if err := os.MkdirAll(filepath.Dir(cfg.DatabasePath), 0o755); err != nil {
 			return nil, fmt.Errorf("devserver: create folder for %s: %w", cfg.DatabasePath, err)
 		}
-		if _, err := os.Stat(cfg.DatabasePath); errors.Is(err, os.ErrNotExist) {
-			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
-				return nil, fmt.Errorf("devserver: set up SQLite schema in %s: %w", cfg.DatabasePath, err)
-			}
-		}
 	}
 
 	var logger log.Logger = log.NewNoopLogger()
 	if cfg.LogFile != "" {
 		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
+	}
+	if cfg.DatabasePath != "" {
+		if _, err := os.Stat(cfg.DatabasePath); errors.Is(err, os.ErrNotExist) {
+			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
+				return nil, fmt.Errorf("devserver: set up SQLite schema in %s: %w", cfg.DatabasePath, err)
+			}
+		} else {
+			// A restart: the members of the last run are dead; joining
+			// them would stall the start.
+			n, err := forgetDeadMembers(ctx, cfg.DatabasePath)
+			if err != nil {
+				return nil, err
+			}
+			logger.Info("forgot the cluster members of an earlier run", tag.Counter(n))
+		}
 	}
 	var s *Server
 	for try := 1; ; try++ {

@@ -13,4 +13,8 @@
 // starts is returned by Start, whether or not its log goes to a file; a
 // fatal error once it runs is logged and written to stderr, and the server
 // carries on (it recovers from the one seen after a restart).
+//
+// A restart on the same SQLite file first forgets the cluster members the
+// last run left on record whose ports nobody listens on: the server would
+// otherwise try to join them for ~50 s before moving any workflow.
 package devserver

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	_ "modernc.org/sqlite" // reads the embedded server's SQLite file
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/poller"
@@ -233,6 +235,49 @@ func TestFaultTemporalRestart(t *testing.T) {
 	t.Logf("Temporal down for %s (kill to frontend ready), %d rows pending at the restart, first delivery %s after it; %d committed, %d lost, %d duplicate copies, %d duplicate signals",
 		down.Round(100*time.Millisecond), pending, resumed.Round(100*time.Millisecond), r.Committed, r.Lost, r.DuplicateCopies, r.DuplicateSignals)
 	require.Positive(t, pending, "rows waited for Temporal")
+}
+
+// The embedded server started again at once on the same SQLite file (`ferry
+// dev` or `make run` run twice in a row) moves workflows at once: it forgets
+// the dead cluster members of its last run instead of trying to join them
+// until they time out, which took ~50 s, longer than a Ferry process's start
+// timeout (its schedules call failed and it exited).
+func TestTemporalRestartedAtOnceServesAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := startOwnTemporal(t)
+	before := clusterMembers(t, srv.dbPath)
+	require.NotEmpty(t, before)
+	srv.kill()
+	srv.start(t)
+	after := clusterMembers(t, srv.dbPath)
+	for _, m := range before {
+		require.NotContains(t, after, m, "a member of the killed server is still on record")
+	}
+	e := setup(t)
+	e.startProcess(t, "run", srv.env()...)
+	e.commitN(t, 3, 1)
+	msgs := e.br.Collect(t, 3, time.Minute)
+	require.Len(t, msgs, 3, "events delivered through the restarted server")
+}
+
+// clusterMembers lists the host:port of every cluster member on record in
+// the embedded server's SQLite file.
+func clusterMembers(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	require.NoError(t, err)
+	defer db.Close()
+	rows, err := db.Query(`SELECT rpc_address || ':' || rpc_port FROM cluster_membership`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var m string
+		require.NoError(t, rows.Scan(&m))
+		out = append(out, m)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }
 
 // Four `ferry poller` processes compete for one outbox (FOR UPDATE SKIP
