@@ -64,6 +64,22 @@ func TestMetricsModuleUsesTheServicesRegisterer(t *testing.T) {
 	require.Contains(t, got, "ferry_relay_claimed_total")
 	require.NotContains(t, got, "go_goroutines", "the service's registry keeps its own runtime collectors")
 
+	// Stopping the app takes Ferry's collectors off the service's registry.
+	require.NoError(t, app.Start(context.Background()))
+	require.NoError(t, app.Stop(context.Background()))
+	require.NotContains(t, gathered(t, reg), "ferry_outbox_table_bytes")
+
+	// A service that registered consumer metrics of its own is told to take
+	// Ferry's from the graph.
+	dup := prometheus.NewRegistry()
+	_, err = metrics.NewConsumer(dup)
+	require.NoError(t, err)
+	clash := fx.New(fx.NopLogger, fx.Supply(ferry.Config{}),
+		fx.Provide(func() *pgxpool.Pool { return db.Pool }, func() prometheus.Registerer { return dup }),
+		ferry.Metrics, fx.Invoke(func(*metrics.Metrics) {}))
+	require.ErrorContains(t, clash.Err(), "take its *metrics.Consumer from the graph")
+	require.NotContains(t, gathered(t, dup), "ferry_relay_claimed_total", "nothing of Ferry's left behind")
+
 	// Serving Ferry's own endpoint as well would serve nothing of Ferry's.
 	bad := fx.New(fx.NopLogger, fx.Supply(ferry.Config{MetricsAddress: "127.0.0.1:0"}),
 		fx.Provide(func() *pgxpool.Pool { return db.Pool }, func() prometheus.Registerer { return prometheus.NewRegistry() }),
@@ -88,4 +104,20 @@ func TestNewRegistersMetricsOnDeps(t *testing.T) {
 
 	_, err = ferry.New(ferry.Config{}, deps, ferry.Roles{Poller: true})
 	require.ErrorContains(t, err, "Deps.Metrics")
+
+	// Stop takes them off the registry (the pool they read may close next),
+	// and so does a New that fails: a retry on the same registry works.
+	r.Stop()
+	require.NotContains(t, gathered(t, reg), "ferry_outbox_table_bytes")
+	again, err := ferry.New(ferry.Config{}, deps, ferry.Roles{Poller: true})
+	require.NoError(t, err)
+	again.Stop()
+
+	// A registration that fails half-way (the outbox collector clashes with
+	// a series of the service's) leaves nothing of Ferry's behind.
+	clash := prometheus.NewRegistry()
+	clash.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_outbox_table_bytes", Help: "the service's own"}))
+	_, err = ferry.New(ferry.Config{}, ferry.Deps{Pool: db.Pool, Temporal: lazy, Metrics: clash}, ferry.Roles{Poller: true})
+	require.ErrorContains(t, err, "Deps.Metrics")
+	require.NotContains(t, gathered(t, clash), "ferry_relay_claimed_total")
 }

@@ -43,6 +43,8 @@ type Relay struct {
 	poller *poller.Poller
 	worker *worker.Worker
 	pub    *broker.Publisher
+	// unregister takes Ferry's collectors off Deps.Metrics.
+	unregister func()
 
 	mu      sync.Mutex
 	started bool
@@ -51,8 +53,8 @@ type Relay struct {
 
 // New validates cfg (filling its defaults) and builds the components roles
 // asks for. It dials nothing; Start does.
-func New(cfg Config, deps Deps, roles Roles) (*Relay, error) {
-	cfg, err := cfg.WithDefaults()
+func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
+	cfg, err = cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -68,14 +70,19 @@ func New(cfg Config, deps Deps, roles Roles) (*Relay, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	r := &Relay{cfg: cfg}
+	r := &Relay{cfg: cfg, unregister: func() {}}
 	var m *metrics.Metrics
 	var mm *metrics.Maintenance
 	if deps.Metrics != nil {
-		if m, mm, err = app.RegisterMetrics(deps.Metrics, deps.Pool); err != nil {
+		if m, mm, r.unregister, err = app.RegisterMetrics(deps.Metrics, deps.Pool); err != nil {
 			return nil, fmt.Errorf("ferry: Deps.Metrics: %w", err)
 		}
 	}
+	defer func() {
+		if err != nil {
+			r.unregister() // a failed New leaves nothing behind
+		}
+	}()
 	if roles.Worker {
 		// Not dialled yet: Start connects it, and a publish redials.
 		if r.pub, err = broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout}); err != nil {
@@ -151,4 +158,5 @@ func (r *Relay) stopLocked() {
 	if r.pub != nil {
 		_ = r.pub.Close()
 	}
+	r.unregister()
 }

@@ -1,8 +1,10 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,44 +119,98 @@ type metricsOut struct {
 
 func newMetrics(d metricsDeps) (metricsOut, error) {
 	var out metricsOut
-	reg := d.Registerer
-	var own *prometheus.Registry
-	if reg == nil {
-		own = metrics.NewRegistry()
-		reg = own
-	} else if d.Config.MetricsAddress != "" {
+	if d.Registerer == nil {
+		own := metrics.NewRegistry()
+		var err error
+		if out.Metrics, out.Maintenance, _, err = RegisterMetrics(own, d.Pool); err != nil {
+			return out, err
+		}
+		if out.Consumer, err = metrics.NewConsumer(own); err != nil {
+			return out, err
+		}
+		if d.Config.MetricsAddress != "" {
+			out.Server = metrics.NewServer(d.Config.MetricsAddress, own)
+			d.Lifecycle.Append(fx.StartStopHook(out.Server.Start, out.Server.Stop))
+		}
+		return out, nil
+	}
+	if d.Config.MetricsAddress != "" {
 		return out, fmt.Errorf("Config.MetricsAddress %q and a prometheus.Registerer in the graph: Ferry's metrics go to the Registerer, which your service serves; leave MetricsAddress empty", d.Config.MetricsAddress)
 	}
+	// The service's registry outlives this app: Ferry's collectors leave it
+	// when the app stops (the outbox collector reads a pool that closes).
+	reg := &trackingRegisterer{Registerer: d.Registerer}
 	var err error
-	if out.Metrics, out.Maintenance, err = RegisterMetrics(reg, d.Pool); err != nil {
+	if out.Metrics, out.Maintenance, _, err = RegisterMetrics(reg, d.Pool); err != nil {
 		return out, err
 	}
 	if out.Consumer, err = metrics.NewConsumer(reg); err != nil {
+		reg.unregisterAll()
+		if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			return out, fmt.Errorf("consumer metrics are already registered on your prometheus.Registerer: with ferry.Metrics in the graph, take its *metrics.Consumer from the graph instead of calling metrics.NewConsumer: %w", err)
+		}
 		return out, err
 	}
-	if own != nil && d.Config.MetricsAddress != "" {
-		out.Server = metrics.NewServer(d.Config.MetricsAddress, own)
-		d.Lifecycle.Append(fx.StartStopHook(out.Server.Start, out.Server.Stop))
-	}
+	d.Lifecycle.Append(fx.StopHook(reg.unregisterAll))
 	return out, nil
 }
 
 // RegisterMetrics registers the relay's and maintenance counters and the
 // outbox collector (backlog, oldest age, table size, read from pool at
-// scrape time) on reg.
-func RegisterMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (*metrics.Metrics, *metrics.Maintenance, error) {
-	m, err := metrics.New(reg)
-	if err != nil {
-		return nil, nil, err
+// scrape time) on reg. unregister takes them off again (a failed call has
+// registered nothing).
+func RegisterMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (m *metrics.Metrics, mm *metrics.Maintenance, unregister func(), err error) {
+	t := &trackingRegisterer{Registerer: reg}
+	defer func() {
+		if err != nil {
+			t.unregisterAll()
+		}
+	}()
+	if m, err = metrics.New(t); err != nil {
+		return nil, nil, nil, err
 	}
-	mm, err := metrics.NewMaintenance(reg)
-	if err != nil {
-		return nil, nil, err
+	if mm, err = metrics.NewMaintenance(t); err != nil {
+		return nil, nil, nil, err
 	}
-	if err := reg.Register(metrics.NewOutboxCollector(pool)); err != nil {
-		return nil, nil, fmt.Errorf("register outbox collector: %w", err)
+	if err = t.Register(metrics.NewOutboxCollector(pool)); err != nil {
+		return nil, nil, nil, fmt.Errorf("register outbox collector: %w", err)
 	}
-	return m, mm, nil
+	return m, mm, t.unregisterAll, nil
+}
+
+// trackingRegisterer remembers what it registered, so it can take it off
+// a registry that outlives Ferry.
+type trackingRegisterer struct {
+	prometheus.Registerer
+	mu sync.Mutex
+	cs []prometheus.Collector
+}
+
+func (t *trackingRegisterer) Register(c prometheus.Collector) error {
+	if err := t.Registerer.Register(c); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cs = append(t.cs, c)
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *trackingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t *trackingRegisterer) unregisterAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.cs {
+		t.Registerer.Unregister(c)
+	}
+	t.cs = nil
 }
 
 type pollerDeps struct {
