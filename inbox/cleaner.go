@@ -159,6 +159,9 @@ func (c *Cleaner) Start(ctx context.Context) error {
 	if err := c.run.Start(ctx, c.loop); err != nil {
 		return fmt.Errorf("inbox cleaner: %w", err)
 	}
+	// The stall alert's clock starts now: a cleaner that fails every round
+	// from its start is a day old there after a day.
+	c.cfg.Metrics.InboxCleanerStarted(c.cfg.Consumer)
 	return nil
 }
 

@@ -348,6 +348,27 @@ func TestCleanerDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 	require.Zero(t, n)
 }
 
+// A cleaner that fails every round from its start (here: no inbox tables)
+// still has a timestamp to age on, so the stall alert can fire.
+func TestCleanerThatNeverFinishesARoundStillAges(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t) // the outbox's schema only
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewConsumer(reg)
+	require.NoError(t, err)
+	c, err := inbox.NewCleaner(inbox.CleanerConfig{Pool: db.Pool, Consumer: "test", Metrics: m, Interval: time.Hour})
+	require.NoError(t, err)
+	_, err = c.RunOnce(t.Context())
+	require.Error(t, err, "no inbox table: the round fails")
+
+	before := time.Now().Unix()
+	require.NoError(t, c.Start(t.Context()))
+	t.Cleanup(c.Stop)
+	started := gathered(t, reg, "ferry_inbox_cleaned_timestamp_seconds")
+	require.GreaterOrEqual(t, started, float64(before))
+	require.Zero(t, gathered(t, reg, "ferry_inbox_cleaned_rows_total"))
+}
+
 // Only one runner cleans at a time: while another holds the lock, a round
 // deletes nothing and fails nowhere.
 func TestCleanerSkipsWhileAnotherRuns(t *testing.T) {

@@ -22,6 +22,9 @@ type Consumer struct {
 	depth        *queueCollector
 	inboxCleaned *prometheus.CounterVec
 	inboxRound   *prometheus.GaugeVec
+
+	mu          sync.Mutex
+	cleanerSeen map[string]bool // consumers whose cleaner has a round or a start on record
 }
 
 // NewConsumer creates the consumer metrics and registers them on reg.
@@ -48,13 +51,14 @@ func NewConsumer(reg prometheus.Registerer) (*Consumer, error) {
 			watched: map[string]QueueDepths{},
 		},
 	}
+	c.cleanerSeen = map[string]bool{}
 	c.inboxCleaned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ferry_inbox_cleaned_rows_total",
 		Help: "Inbox rows past their retention deleted by the inbox cleaner, by consumer.",
 	}, []string{"consumer"})
 	c.inboxRound = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "ferry_inbox_cleaned_timestamp_seconds",
-		Help: "When this process's inbox cleaner last finished a round (Unix time), by consumer; a round another process's cleaner held counts too.",
+		Help: "When this process's inbox cleaner last finished a round (Unix time), by consumer; a round another process's cleaner held counts too, and so does the cleaner's start until it finishes one.",
 	}, []string{"consumer"})
 	for _, col := range []prometheus.Collector{c.outcomes, c.deadLettered, c.lag, c.depth, c.inboxCleaned, c.inboxRound} {
 		if err := reg.Register(col); err != nil {
@@ -85,13 +89,33 @@ func (c *Consumer) InboxCleaned(consumer string, rows int) {
 	}
 }
 
-// InboxRoundDone records that a round of the inbox cleaner finished without
-// error (whether it deleted rows, found none, or another cleaner held it).
-func (c *Consumer) InboxRoundDone(consumer string) {
-	if c != nil {
+// InboxCleanerStarted records a cleaner's start as its last finished round
+// when none is on record yet, so a cleaner that never finishes one still
+// ages on ferry_inbox_cleaned_timestamp_seconds.
+func (c *Consumer) InboxCleanerStarted(consumer string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.cleanerSeen[consumer] {
+		c.cleanerSeen[consumer] = true
 		c.inboxCleaned.WithLabelValues(consumer).Add(0)
 		c.inboxRound.WithLabelValues(consumer).SetToCurrentTime()
 	}
+}
+
+// InboxRoundDone records that a round of the inbox cleaner finished without
+// error (whether it deleted rows, found none, or another cleaner held it).
+func (c *Consumer) InboxRoundDone(consumer string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.cleanerSeen[consumer] = true
+	c.mu.Unlock()
+	c.inboxCleaned.WithLabelValues(consumer).Add(0)
+	c.inboxRound.WithLabelValues(consumer).SetToCurrentTime()
 }
 
 // Applied records the lag of an event committed at committedAt whose
