@@ -103,6 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("devserver: InternalPorts has %d ports: give all 7, or none", n)
 	}
 
+	restart := false // an existing SQLite file: state of an earlier run
 	sqlCfg := &config.SQL{
 		PluginName:        sqliteplugin.PluginName,
 		ConnectAttributes: map[string]string{},
@@ -122,24 +123,25 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if err := os.MkdirAll(filepath.Dir(cfg.DatabasePath), 0o755); err != nil {
 			return nil, fmt.Errorf("devserver: create folder for %s: %w", cfg.DatabasePath, err)
 		}
+		if _, err := os.Stat(cfg.DatabasePath); errors.Is(err, os.ErrNotExist) {
+			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
+				return nil, fmt.Errorf("devserver: set up SQLite schema in %s: %w", cfg.DatabasePath, err)
+			}
+		} else {
+			restart = true
+		}
 	}
 
 	var logger log.Logger = log.NewNoopLogger()
 	if cfg.LogFile != "" {
 		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
 	}
-	if cfg.DatabasePath != "" {
-		if _, err := os.Stat(cfg.DatabasePath); errors.Is(err, os.ErrNotExist) {
-			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
-				return nil, fmt.Errorf("devserver: set up SQLite schema in %s: %w", cfg.DatabasePath, err)
-			}
+	if restart {
+		// The members of the last run are dead; joining them would stall
+		// the start. Best effort: without it the start is only slower.
+		if n, err := forgetDeadMembers(ctx, cfg.DatabasePath); err != nil {
+			logger.Warn("could not forget the cluster members of an earlier run; the start may wait for them (~50 s)", tag.Error(err))
 		} else {
-			// A restart: the members of the last run are dead; joining
-			// them would stall the start.
-			n, err := forgetDeadMembers(ctx, cfg.DatabasePath)
-			if err != nil {
-				return nil, err
-			}
 			logger.Info("forgot the cluster members of an earlier run", tag.Counter(n))
 		}
 	}

@@ -21,7 +21,9 @@ import (
 // whose port still accepts connections is left alone: it may belong to a
 // server that still runs on this file. It returns how many it deleted.
 func forgetDeadMembers(ctx context.Context, path string) (int, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	// mode=rw: never create a file that is not there (an empty file would
+	// pass for a database without a schema on the next start).
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(5000)")
 	if err != nil {
 		return 0, fmt.Errorf("devserver: open %s: %w", path, err)
 	}

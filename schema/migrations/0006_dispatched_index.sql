@@ -19,7 +19,14 @@
 --   CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_events_dispatched_idx
 --       ON outbox_events (dispatched_at) WHERE status = 'dispatched';
 --
--- then `ferry migrate` finds it and does nothing here.
+-- then `ferry migrate` finds it and does nothing here. A CONCURRENTLY build
+-- that failed or was cancelled leaves an invalid index of that name, which
+-- IF NOT EXISTS would keep: check
+--
+--   SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_events_dispatched_idx'::regclass;
+--
+-- and if it says false, DROP INDEX CONCURRENTLY outbox_events_dispatched_idx
+-- and build it again.
 CREATE INDEX IF NOT EXISTS outbox_events_dispatched_idx
     ON outbox_events (dispatched_at)
     WHERE status = 'dispatched';
