@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -312,7 +313,7 @@ func TestReplayDeliveredEvents(t *testing.T) {
 // (0 when absent).
 func (e *poisonEnv) metric(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	return sample(t, e.reg, name, labels)
+	return testenv.Sample(t, e.reg, name, labels)
 }
 
 // What an operator types: `ferry blocked` shows the stuck aggregate with

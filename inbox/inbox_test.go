@@ -293,24 +293,6 @@ func countProcessed(t *testing.T, db *testenv.DB, consumer string) int {
 	return n
 }
 
-// gathered is the value of the one sample of name in reg.
-func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			require.Len(t, mf.GetMetric(), 1, name)
-			if c := mf.GetMetric()[0].GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("%s not gathered", name)
-	return 0
-}
-
 // Retention deletes only expired rows of its own consumer, in statements of
 // at most BatchSize rows each.
 func TestCleanerDeletesExpiredRowsInBoundedBatches(t *testing.T) {
@@ -337,8 +319,8 @@ func TestCleanerDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 	n, err := c.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 2500, n)
-	require.Equal(t, 2500.0, gathered(t, reg, "ferry_inbox_cleaned_rows_total"), "cleanup progress on /metrics")
-	require.GreaterOrEqual(t, gathered(t, reg, "ferry_inbox_cleaned_timestamp_seconds"), float64(before))
+	require.Equal(t, 2500.0, testenv.Sample(t, reg, "ferry_inbox_cleaned_rows_total", nil), "cleanup progress on /metrics")
+	require.GreaterOrEqual(t, testenv.Sample(t, reg, "ferry_inbox_cleaned_timestamp_seconds", nil), float64(before))
 	require.Equal(t, []int64{1000, 1000, 500}, tracer.batches)
 	require.Equal(t, 10, countProcessed(t, db, "test"), "rows inside the retention stay")
 	require.Equal(t, 5, countProcessed(t, db, "other"), "another consumer's rows are its own cleaner's")
@@ -364,9 +346,9 @@ func TestCleanerThatNeverFinishesARoundStillAges(t *testing.T) {
 	before := time.Now().Unix()
 	require.NoError(t, c.Start(t.Context()))
 	t.Cleanup(c.Stop)
-	started := gathered(t, reg, "ferry_inbox_cleaned_timestamp_seconds")
+	started := testenv.Sample(t, reg, "ferry_inbox_cleaned_timestamp_seconds", nil)
 	require.GreaterOrEqual(t, started, float64(before))
-	require.Zero(t, gathered(t, reg, "ferry_inbox_cleaned_rows_total"))
+	require.Zero(t, testenv.Sample(t, reg, "ferry_inbox_cleaned_rows_total", nil))
 }
 
 // Only one runner cleans at a time: while another holds the lock, a round

@@ -3,7 +3,6 @@ package payment_test
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"testing"
 
 	"github.com/google/uuid"
@@ -77,10 +76,10 @@ func TestPaymentOutcomeMetrics(t *testing.T) {
 			require.Len(t, b.srv.Ledger().Charges, 1)
 
 			for outcome, want := range tc.counts {
-				require.Equal(t, want, counted(t, reg, "ferry_effect_outcomes_total", map[string]string{"kind": "charge", "outcome": outcome}), "outcome %s", outcome)
+				require.Equal(t, want, testenv.Sample(t, reg, "ferry_effect_outcomes_total", map[string]string{"kind": "charge", "outcome": outcome}), "outcome %s", outcome)
 			}
 			for result, want := range tc.lookups {
-				require.Equal(t, want, counted(t, reg, "ferry_effect_payment_lookups_total", map[string]string{"result": result}), "lookup %s", result)
+				require.Equal(t, want, testenv.Sample(t, reg, "ferry_effect_payment_lookups_total", map[string]string{"result": result}), "lookup %s", result)
 			}
 		})
 	}
@@ -100,28 +99,4 @@ func orderCreated(t *testing.T, db *testenv.DB) string {
 		return err
 	}))
 	return id.String()
-}
-
-// counted is the value of the counter name with exactly labels in reg, 0
-// when the series does not exist. (testutil reads values only from a
-// collector, and Metrics keeps its vectors to itself.)
-func counted(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			got := map[string]string{}
-			for _, l := range s.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if maps.Equal(got, labels) {
-				return s.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
