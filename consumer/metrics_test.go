@@ -11,58 +11,16 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry/consumer"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 )
 
-// point is one series' value: a counter's or gauge's, or a histogram's
-// count, sum and cumulative bucket counts.
-type point struct {
-	value   float64
-	count   uint64
-	sum     float64
-	buckets map[float64]uint64
-}
-
-// series reads the metrics called name from reg whose labels include
-// labels.
-func series(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) []point {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	var out []point
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue next
-				}
-			}
-			p := point{value: m.GetCounter().GetValue() + m.GetGauge().GetValue(), buckets: map[float64]uint64{}}
-			if h := m.GetHistogram(); h != nil {
-				p.count, p.sum = h.GetSampleCount(), h.GetSampleSum()
-				for _, b := range h.GetBucket() {
-					p.buckets[b.GetUpperBound()] = b.GetCumulativeCount()
-				}
-			}
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
+// value reads the one series of name in reg whose labels include labels.
 func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	s := series(t, reg, name, labels)
+	s := testenv.Series(t, reg, name, labels)
 	require.Len(t, s, 1, "%s%v", name, labels)
-	return s[0].value
+	return s[0].Value
 }
 
 // Outcomes, dead-lettered causes, commit-to-applied lag and the queues'
@@ -121,11 +79,11 @@ func TestMetricsCountOutcomesLagAndDepth(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_events_total", who(map[string]string{"outcome": "quarantined"})))
 	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_dead_lettered_total", who(map[string]string{"cause": consumer.CauseSchema})))
 
-	lag := series(t, reg, "ferry_consumer_lag_seconds", who(nil))
+	lag := testenv.Series(t, reg, "ferry_consumer_lag_seconds", who(nil))
 	require.Len(t, lag, 1)
-	require.Equal(t, uint64(2), lag[0].count, "one lag sample per applied event, none for the duplicate")
-	require.GreaterOrEqual(t, lag[0].sum, 6.0, "each at least the 3s since the commit")
-	require.Zero(t, lag[0].buckets[2], "no event applied within 2s of a commit 3s ago")
+	require.Equal(t, uint64(2), lag[0].Count, "one lag sample per applied event, none for the duplicate")
+	require.GreaterOrEqual(t, lag[0].Sum, 6.0, "each at least the 3s since the commit")
+	require.Zero(t, lag[0].Buckets[2], "no event applied within 2s of a commit 3s ago")
 
 	// Depth, read from the broker at scrape time: the quarantined message
 	// waits in the dead-letter queue, the main queue is drained.
@@ -134,7 +92,7 @@ func TestMetricsCountOutcomesLagAndDepth(t *testing.T) {
 	require.Equal(t, 0.0, value(t, reg, "ferry_consumer_queue_scrape_error", who(nil)))
 
 	c.Stop()
-	require.Empty(t, series(t, reg, "ferry_consumer_queue_messages", nil), "a stopped consumer's queues are not read")
+	require.Empty(t, testenv.Series(t, reg, "ferry_consumer_queue_messages", nil), "a stopped consumer's queues are not read")
 }
 
 // A nil *metrics.Consumer counts nothing and does not panic.
@@ -172,7 +130,7 @@ func TestModuleUsesTheGraphsMetrics(t *testing.T) {
 	e.publish(order("a", "1", 1))
 	e.waitEffects("a@v1")
 	require.Eventually(t, func() bool {
-		s := series(t, reg, "ferry_consumer_events_total", map[string]string{"consumer": "inventory", "outcome": "applied"})
-		return len(s) == 1 && s[0].value == 1
+		s := testenv.Series(t, reg, "ferry_consumer_events_total", map[string]string{"consumer": "inventory", "outcome": "applied"})
+		return len(s) == 1 && s[0].Value == 1
 	}, 10*time.Second, 10*time.Millisecond)
 }

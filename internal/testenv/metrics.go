@@ -7,13 +7,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Sample reads one series of the metric name from g: the first whose labels
-// include labels (nil: any). A counter or gauge gives its value, a
-// histogram its count of observations; 0 when there is no such series.
-func Sample(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+// Point is one series of a metric: a counter's or gauge's Value, or a
+// histogram's Count, Sum and cumulative Buckets (nil for other kinds).
+type Point struct {
+	Value   float64
+	Count   uint64
+	Sum     float64
+	Buckets map[float64]uint64
+}
+
+// Series reads the series of the metric name from g whose labels include
+// labels (nil: every series).
+func Series(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) []Point {
 	t.Helper()
 	families, err := g.Gather()
 	require.NoError(t, err)
+	var out []Point
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -29,28 +38,37 @@ func Sample(t testing.TB, g prometheus.Gatherer, name string, labels map[string]
 					continue next
 				}
 			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			default:
-				return m.GetGauge().GetValue()
+			p := Point{Value: m.GetCounter().GetValue() + m.GetGauge().GetValue()}
+			if h := m.GetHistogram(); h != nil {
+				p.Count, p.Sum, p.Buckets = h.GetSampleCount(), h.GetSampleSum(), map[float64]uint64{}
+				for _, b := range h.GetBucket() {
+					p.Buckets[b.GetUpperBound()] = b.GetCumulativeCount()
+				}
 			}
+			out = append(out, p)
 		}
 	}
-	return 0
+	return out
+}
+
+// Sample reads the first series of the metric name whose labels include
+// labels (nil: any): a counter's or gauge's value, a histogram's count of
+// observations; 0 when there is no such series.
+func Sample(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	s := Series(t, g, name, labels)
+	switch {
+	case len(s) == 0:
+		return 0
+	case s[0].Buckets != nil:
+		return float64(s[0].Count)
+	default:
+		return s[0].Value
+	}
 }
 
 // HasMetric says whether g has a series of the metric name.
 func HasMetric(t testing.TB, g prometheus.Gatherer, name string) bool {
 	t.Helper()
-	families, err := g.Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) > 0 {
-			return true
-		}
-	}
-	return false
+	return len(Series(t, g, name, nil)) > 0
 }
