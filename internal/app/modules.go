@@ -119,39 +119,34 @@ type metricsOut struct {
 
 func newMetrics(d metricsDeps) (metricsOut, error) {
 	var out metricsOut
-	if d.Registerer == nil {
-		own := metrics.NewRegistry()
-		var err error
-		if out.Metrics, out.Maintenance, _, err = RegisterMetrics(own, d.Pool); err != nil {
-			return out, err
-		}
-		if out.Consumer, err = metrics.NewConsumer(own); err != nil {
-			return out, err
-		}
-		if d.Config.MetricsAddress != "" {
-			out.Server = metrics.NewServer(d.Config.MetricsAddress, own)
-			d.Lifecycle.Append(fx.StartStopHook(out.Server.Start, out.Server.Stop))
-		}
-		return out, nil
-	}
-	if d.Config.MetricsAddress != "" {
+	var own *prometheus.Registry
+	reg := d.Registerer
+	switch {
+	case reg == nil:
+		own = metrics.NewRegistry()
+		reg = own
+	case d.Config.MetricsAddress != "":
 		return out, fmt.Errorf("Config.MetricsAddress %q and a prometheus.Registerer in the graph: Ferry's metrics go to the Registerer, which your service serves; leave MetricsAddress empty", d.Config.MetricsAddress)
 	}
-	// The service's registry outlives this app: Ferry's collectors leave it
+	// A service's registry outlives this app: Ferry's collectors leave it
 	// when the app stops (the outbox collector reads a pool that closes).
-	reg := &trackingRegisterer{Registerer: d.Registerer}
+	t := &trackingRegisterer{Registerer: reg}
 	var err error
-	if out.Metrics, out.Maintenance, _, err = RegisterMetrics(reg, d.Pool); err != nil {
+	if out.Metrics, out.Maintenance, _, err = RegisterMetrics(t, d.Pool); err != nil {
 		return out, err
 	}
-	if out.Consumer, err = metrics.NewConsumer(reg); err != nil {
-		reg.unregisterAll()
+	if out.Consumer, err = metrics.NewConsumer(t); err != nil {
+		t.unregisterAll()
 		if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			return out, fmt.Errorf("consumer metrics are already registered on your prometheus.Registerer: with ferry.Metrics in the graph, take its *metrics.Consumer from the graph instead of calling metrics.NewConsumer: %w", err)
 		}
 		return out, err
 	}
-	d.Lifecycle.Append(fx.StopHook(reg.unregisterAll))
+	d.Lifecycle.Append(fx.StopHook(t.unregisterAll))
+	if own != nil && d.Config.MetricsAddress != "" {
+		out.Server = metrics.NewServer(d.Config.MetricsAddress, own)
+		d.Lifecycle.Append(fx.StartStopHook(out.Server.Start, out.Server.Stop))
+	}
 	return out, nil
 }
 
