@@ -152,19 +152,41 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 	if err != nil {
 		return nil, err
 	}
+	// The blocked events' rows, in one query.
+	type event struct {
+		aggType, aggID   string
+		version          int64
+		lastErr, payload *string
+	}
+	ids := make([]string, len(blocked))
+	for i, b := range blocked {
+		ids[i] = b.EventID
+	}
+	events := map[string]event{}
+	rows, err := pool.Query(ctx, `SELECT id::text, aggregate_type, aggregate_id, aggregate_version, last_error, payload::text FROM outbox_events WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load blocked events: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var e event
+		if err := rows.Scan(&id, &e.aggType, &e.aggID, &e.version, &e.lastErr, &e.payload); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load blocked events: %w", err)
+		}
+		events[id] = e
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load blocked events: %w", err)
+	}
 	out := make([]blockedRow, 0, len(blocked))
 	for _, b := range blocked {
 		r := blockedRow{WorkflowID: b.WorkflowID, EventID: b.EventID, EventType: b.EventType, ErrorClass: b.ErrorClass, Since: b.Since}
-		var aggType, aggID string
-		var lastErr, payload *string
-		err := pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, last_error, payload::text FROM outbox_events WHERE id = $1`, r.EventID).
-			Scan(&aggType, &aggID, &r.Version, &lastErr, &payload)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("load event %s: %w", r.EventID, err)
-		}
-		r.Aggregate = aggType + "/" + aggID
-		if lastErr != nil {
-			r.LastError = redactLastError(red, aggType, r.EventType, payload, *lastErr)
+		e := events[strings.ToLower(b.EventID)]
+		r.Aggregate, r.Version = e.aggType+"/"+e.aggID, e.version
+		if e.lastErr != nil {
+			r.LastError = redactLastError(red, e.aggType, r.EventType, e.payload, *e.lastErr)
 		}
 		r.Retry = fmt.Sprintf("ferry repair %s --action retry --reason '…'", r.EventID)
 		r.Skip = fmt.Sprintf("ferry repair %s --action skip --reason '…'", r.EventID)
