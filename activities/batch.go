@@ -40,6 +40,14 @@ WHERE a.aggregate_type = $2 AND a.aggregate_id = $3 AND EXISTS (SELECT 1 FROM ev
 // that event with PublishEvent, whose retries the Temporal UI shows.
 func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) (workflows.PublishBatchResult, error) {
 	var res workflows.PublishBatchResult
+	if in.LoadCursor {
+		cur, err := a.LoadAggregateCursor(ctx, workflows.CursorInput{AggregateType: in.AggregateType, AggregateID: in.AggregateID})
+		if err != nil {
+			return res, err
+		}
+		res.Cursor = cur.Delivered
+		in.Events = runAfter(in.Events, cur.Delivered)
+	}
 	if len(in.Events) == 0 {
 		return res, nil
 	}
@@ -120,6 +128,26 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 	activity.GetLogger(ctx).Debug("published batch", "aggregate", in.AggregateType+"/"+in.AggregateID,
 		"events", len(in.Events), "published", done, "sent", n)
 	return res, nil
+}
+
+// runAfter is the run of events, ascending, whose versions follow
+// delivered without a gap; events at or below delivered are dropped (an
+// earlier run published them).
+func runAfter(events []workflows.EventRef, delivered int64) []workflows.EventRef {
+	next := delivered + 1
+	var run []workflows.EventRef
+	for _, ev := range events {
+		switch {
+		case ev.Version < next:
+			continue
+		case ev.Version == next:
+			run = append(run, ev)
+			next++
+		default:
+			return run
+		}
+	}
+	return run
 }
 
 // loadBatch reads the rows of events by id.

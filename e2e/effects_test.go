@@ -54,6 +54,8 @@ type effectsOpts struct {
 	slowDelay time.Duration
 	// publishBatch is the poller's PublishBatchSize; -1: the regular path.
 	publishBatch int
+	// startMode is the poller's StartMode; default one-shot.
+	startMode string
 }
 
 func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
@@ -109,8 +111,8 @@ func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)
 	p, err := poller.New(poller.Config{Pool: e.db.Pool, Temporal: tclient, TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond,
-		PublishBatchSize: o.publishBatch,
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil))})
+		PublishBatchSize: o.publishBatch, StartMode: o.startMode,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
 	t.Cleanup(p.Stop)
@@ -484,7 +486,9 @@ func TestRepeatedEventStartsNoSecondEffect(t *testing.T) {
 	// reset to the task after it asks for the effects again. (On the fast
 	// path the reset re-runs the local activity, which finds the event
 	// delivered and asks for nothing: no effect either way.)
-	e := setupEffects(t, effectsOpts{publishBatch: -1})
+	// Keep-alive: the signal below must reach the run that published the
+	// event and started its effects (a one-shot run is over by then).
+	e := setupEffects(t, effectsOpts{publishBatch: -1, startMode: poller.StartKeepAlive})
 	id := e.order(t, "o-repeat", "created", 1234)
 	first := result[effects.PaymentResult](t, "charge", id, time.Minute)
 	result[effects.EmailResult](t, "email:confirmation", id, time.Minute)

@@ -101,9 +101,9 @@ func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 		return got[0]
 	}
 	dispatch := child(placedRoot, "ferry.dispatch")
-	signal := child(dispatch.SpanContext, "SignalWithStartWorkflow:"+workflows.AggregateWorkflowName)
-	child(signal.SpanContext, "HandleSignal:"+workflows.EventsSignal)
-	run := child(signal.SpanContext, "RunWorkflow:"+workflows.AggregateWorkflowName)
+	// A new aggregate: a one-shot start with the events in its input.
+	start := child(dispatch.SpanContext, "StartWorkflow:"+workflows.AggregateWorkflowName)
+	run := child(start.SpanContext, "RunWorkflow:"+workflows.AggregateWorkflowName)
 	// On the fast path (the default) a local activity publishes the events
 	// in order, placed in the first one.
 	starts := children(spans, run.SpanContext, "StartActivity:"+workflows.PublishBatchActivity)

@@ -125,6 +125,16 @@ type refuseOutbound struct {
 	r *refuseSignals
 }
 
+// ExecuteWorkflow is how a poller starts a one-shot run of an aggregate
+// it has not dispatched recently: refused the same way.
+func (o *refuseOutbound) ExecuteWorkflow(ctx context.Context, in *interceptor.ClientExecuteWorkflowInput) (client.WorkflowRun, error) {
+	if in.Options.ID == o.r.id && o.r.refuse.Load() {
+		o.r.refused.Add(1)
+		return nil, fmt.Errorf("injected: start refused for %s", in.Options.ID)
+	}
+	return o.Next.ExecuteWorkflow(ctx, in)
+}
+
 func (o *refuseOutbound) SignalWithStartWorkflow(ctx context.Context, in *interceptor.ClientSignalWithStartWorkflowInput) (client.WorkflowRun, error) {
 	if in.Options.ID == o.r.id && o.r.refuse.Load() {
 		o.r.refused.Add(1)

@@ -16,7 +16,20 @@ type Relay struct {
 	published      *prometheus.CounterVec
 	publishErrors  *prometheus.CounterVec
 	latency        prometheus.Histogram
+	dispatches     *prometheus.CounterVec
 }
+
+// How a poller handed an aggregate's events to Temporal (label "how" of
+// ferry_relay_dispatches_total).
+const (
+	// DispatchStart: a one-shot run started with the events in its input.
+	DispatchStart = "start"
+	// DispatchStartFallback: a one-shot start found a run open and
+	// signalled it instead.
+	DispatchStartFallback = "start_fallback"
+	// DispatchSignal: Signal-With-Start of an aggregate dispatched recently.
+	DispatchSignal = "signal"
+)
 
 // NewRelay creates the relay metrics and registers them on reg.
 func NewRelay(reg prometheus.Registerer) (*Relay, error) {
@@ -47,8 +60,12 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 			Help:    "From the outbox row's created_at (the producer's transaction) to the broker's confirm.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}),
+		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_relay_dispatches_total",
+			Help: "Aggregates handed to Temporal by pollers, by how: start (a one-shot run), start_fallback (a run was open: signalled), signal (signal-with-start).",
+		}, []string{"how"}),
 	}
-	for _, c := range []prometheus.Collector{r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency} {
+	for _, c := range []prometheus.Collector{r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metric: %w", err)
 		}
@@ -79,5 +96,12 @@ func (r *Relay) Published(aggregateType string, createdAt time.Time) {
 func (r *Relay) PublishFailed(errorClass string) {
 	if r != nil {
 		r.publishErrors.WithLabelValues(errorClass).Inc()
+	}
+}
+
+// Dispatched records how one aggregate's events went to Temporal.
+func (r *Relay) Dispatched(how string) {
+	if r != nil {
+		r.dispatches.WithLabelValues(how).Inc()
 	}
 }

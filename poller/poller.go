@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/internal/failpoint"
@@ -75,6 +77,14 @@ type Config struct {
 	// MaxHistoryEvents is passed to new aggregate workflows: they
 	// continue-as-new at this history length. Zero: the workflow's default.
 	MaxHistoryEvents int
+	// StartMode is how an aggregate that this poller has not dispatched
+	// within IdleTimeout gets its events: StartOneShot (default) starts a
+	// one-shot run with the events in its input (eagerly, when a worker of
+	// the task queue shares the client), which completes as soon as it has
+	// published them; StartKeepAlive signals-with-start a run that idles
+	// for IdleTimeout. Aggregates dispatched within IdleTimeout always get
+	// Signal-With-Start, so a busy aggregate keeps one run.
+	StartMode string
 	// Metrics counts claims, signal failures and batch durations; nil
 	// counts nothing.
 	Metrics *metrics.Relay
@@ -101,9 +111,16 @@ type Poller struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 
-	run  startstop.Runner
-	wake chan struct{}
+	run    startstop.Runner
+	wake   chan struct{}
+	recent *recentSet
 }
+
+// Start modes (Config.StartMode).
+const (
+	StartOneShot   = "one-shot"
+	StartKeepAlive = "keep-alive"
+)
 
 // New validates cfg and fills its defaults.
 func New(cfg Config) (*Poller, error) {
@@ -118,7 +135,8 @@ func New(cfg Config) (*Poller, error) {
 		return nil, err
 	}
 	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
-		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller")}, nil
+		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
+		recent: newRecentSet(cmp.Or(cfg.IdleTimeout, workflows.DefaultIdleTimeout), recentMax)}, nil
 }
 
 func (cfg Config) withDefaults() Config {
@@ -133,6 +151,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
 	cfg.PublishBatchSize = cmp.Or(cfg.PublishBatchSize, workflows.DefaultPublishBatchSize)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
+	cfg.StartMode = cmp.Or(cfg.StartMode, StartOneShot)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -162,6 +181,8 @@ func (cfg Config) Validate() error {
 			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
 	case cfg.PollInterval < 10*time.Millisecond:
 		return fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
+	case cfg.StartMode != StartOneShot && cfg.StartMode != StartKeepAlive:
+		return fmt.Errorf("poller: Config.StartMode %q: use %q or %q", cfg.StartMode, StartOneShot, StartKeepAlive)
 	}
 	return nil
 }
@@ -420,29 +441,75 @@ func (p *Poller) dispatch(ctx context.Context, groups []*aggregateGroup) (ok []s
 	return ok, failed
 }
 
+// signal hands a group's events to its aggregate's workflow: a one-shot
+// start for an aggregate not dispatched recently (falling back to
+// Signal-With-Start when a run is open after all), Signal-With-Start
+// otherwise. Either way the workflow orders the events and drops repeats.
 func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.SignalTimeout)
 	defer cancel()
 	id := workflows.WorkflowID(g.aggType, g.aggID)
 	ctx, span := p.dispatchSpan(ctx, g, id)
 	defer func() { endSpan(span, err) }()
+	in := workflows.AggregateInput{
+		AggregateType:    g.aggType,
+		AggregateID:      g.aggID,
+		IdleTimeout:      p.cfg.IdleTimeout,
+		MaxHistoryEvents: p.cfg.MaxHistoryEvents,
+		PublishBatchSize: max(p.cfg.PublishBatchSize, 0),
+		Policies:         p.cfg.Policies,
+		Revision:         workflows.CurrentRevision,
+	}
+	how := metrics.DispatchSignal
+	if p.cfg.StartMode == StartOneShot && !p.recent.seen(id, time.Now()) {
+		started, err := p.startOneShot(ctx, id, g, in)
+		if err != nil {
+			return err
+		}
+		if started {
+			p.cfg.Metrics.Dispatched(metrics.DispatchStart)
+			return nil
+		}
+		how = metrics.DispatchStartFallback
+	}
 	_, err = p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
 		workflows.EventsSignalArg{Events: g.events},
 		client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
-		workflows.AggregateWorkflowName,
-		workflows.AggregateInput{
-			AggregateType:    g.aggType,
-			AggregateID:      g.aggID,
-			IdleTimeout:      p.cfg.IdleTimeout,
-			MaxHistoryEvents: p.cfg.MaxHistoryEvents,
-			PublishBatchSize: max(p.cfg.PublishBatchSize, 0),
-			Policies:         p.cfg.Policies,
-		},
-	)
+		workflows.AggregateWorkflowName, in)
 	if err != nil {
 		return fmt.Errorf("signal-with-start %s: %w", id, err)
 	}
+	p.cfg.Metrics.Dispatched(how)
 	return nil
+}
+
+// startOneShot starts a one-shot run with the group's events in its input.
+// It reports false, without an error, when a run of the aggregate is open:
+// the caller signals that one instead. Eager: when a worker of the task
+// queue shares the client (as in `ferry run`), the server hands it the
+// first workflow task in the start's reply, skipping the task queue and a
+// state transition; otherwise the start is an ordinary one.
+func (p *Poller) startOneShot(ctx context.Context, id string, g *aggregateGroup, in workflows.AggregateInput) (bool, error) {
+	in.OneShot = true
+	in.Pending = g.events
+	_, err := p.cfg.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:               id,
+		TaskQueue:        p.cfg.TaskQueue,
+		EnableEagerStart: true,
+		// The default would hand back the open run as if started.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}, workflows.AggregateWorkflowName, in)
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &already):
+		return false, nil
+	default:
+		return false, fmt.Errorf("start %s: %w", id, err)
+	}
 }
 
 // listen keeps a dedicated LISTEN connection and turns notifications into

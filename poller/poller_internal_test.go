@@ -218,6 +218,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		{"negative lease, even when unsafe", Config{Lease: -time.Second, UnsafeAllowShortLease: true}, []string{"Config.Lease", "-1s", "positive"}},
 		{"poll interval too small", Config{PollInterval: 9 * time.Millisecond}, []string{"Config.PollInterval", "9ms"}},
 		{"negative poll interval", Config{PollInterval: -time.Second}, []string{"Config.PollInterval"}},
+		{"unknown start mode", Config{StartMode: "eager"}, []string{"Config.StartMode", `"eager"`, StartOneShot, StartKeepAlive}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

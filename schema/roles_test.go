@@ -169,8 +169,13 @@ func TestProducerRole(t *testing.T) {
 	}
 }
 
-// signalOK is a Temporal client whose signal-with-start always succeeds.
+// signalOK is a Temporal client whose starts and signal-with-starts
+// always succeed.
 type signalOK struct{ client.Client }
+
+func (signalOK) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	return nil, nil
+}
 
 func (signalOK) SignalWithStartWorkflow(context.Context, string, string, any, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
 	return nil, nil

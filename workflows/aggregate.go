@@ -85,14 +85,11 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 
 	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs}
 	if !in.Resumed {
-		var cur CursorResult
-		lctx := workflow.WithLocalActivityOptions(ctx, cursorOptions)
-		err := workflow.ExecuteLocalActivity(lctx, LoadCursorActivity,
-			CursorInput{AggregateType: in.AggregateType, AggregateID: in.AggregateID}).Get(ctx, &cur)
-		if err != nil {
+		if in.Revision >= Revision1 {
+			st.cursorUnknown = true // the first batch reads it (resolveCursor)
+		} else if err := st.loadCursor(ctx); err != nil {
 			return err
 		}
-		st.delivered = cur.Delivered
 	}
 	st.add(in.Pending)
 
@@ -125,6 +122,12 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	signals := workflow.GetSignalChannel(ctx, EventsSignal)
 	for {
 		st.drain(signals)
+		if st.cursorUnknown {
+			if err := st.resolveCursor(ctx); err != nil {
+				return err
+			}
+			st.drain(signals)
+		}
 
 		if st.blocked != nil {
 			decided, err := st.waitForDecision(ctx, maxHistory)
@@ -184,6 +187,16 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 			continue
 		}
 
+		if st.in.OneShot && len(st.repairs) == 0 {
+			// (A run an operator repaired idles like any other, so a
+			// repeated request is answered and its state stays queryable
+			// while the operator checks the result.)
+			done, err := st.finish(ctx, signals)
+			if err != nil || done {
+				return err
+			}
+			continue
+		}
 		if st.fastPath() {
 			done, err := st.waitIdle(ctx, signals, idle)
 			if err != nil || done {
@@ -266,6 +279,56 @@ func (s *aggregateState) waitIdle(ctx workflow.Context, signals workflow.Receive
 	return len(s.pending) == 0, nil
 }
 
+// finish is a one-shot run's end: it completes (true) once no repair
+// handler runs and no signal is buffered. A signal that arrives while the
+// completing workflow task runs makes the server reject the completion and
+// hand the signal to a new task, so none is lost.
+func (s *aggregateState) finish(ctx workflow.Context, signals workflow.ReceiveChannel) (bool, error) {
+	if err := workflow.Await(ctx, func() bool { return s.handlersDone(ctx) }); err != nil {
+		return false, err
+	}
+	s.drain(signals)
+	return len(s.pending) == 0, nil
+}
+
+// loadCursor reads the delivered version from PostgreSQL.
+func (s *aggregateState) loadCursor(ctx workflow.Context) error {
+	var cur CursorResult
+	lctx := workflow.WithLocalActivityOptions(ctx, cursorOptions)
+	err := workflow.ExecuteLocalActivity(lctx, LoadCursorActivity,
+		CursorInput{AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID}).Get(ctx, &cur)
+	if err != nil {
+		return err
+	}
+	s.setCursor(cur.Delivered)
+	return nil
+}
+
+// resolveCursor learns where a fresh run starts: from its first batch,
+// which reads the cursor and publishes what follows it in one local
+// activity, or, when that fails or there is nothing to publish yet, from
+// LoadCursorActivity (retried until it answers).
+func (s *aggregateState) resolveCursor(ctx workflow.Context) error {
+	s.publishBatch(ctx)
+	if !s.cursorUnknown {
+		return nil
+	}
+	return s.loadCursor(ctx)
+}
+
+// setCursor records the delivered version read from PostgreSQL and drops
+// the pending events at or below it: an earlier run published them.
+func (s *aggregateState) setCursor(delivered int64) {
+	s.cursorUnknown = false
+	s.delivered = max(s.delivered, delivered)
+	n := 0
+	for n < len(s.pending) && s.pending[n].Version <= s.delivered {
+		n++
+	}
+	s.duplicates += n
+	s.pending = s.pending[n:]
+}
+
 // historyFull says it is time to continue-as-new: checked after every
 // event, so a hot aggregate whose events keep coming still rolls over.
 func historyFull(ctx workflow.Context, maxHistory int) bool {
@@ -291,6 +354,10 @@ type aggregateState struct {
 
 	idleTimer workflow.Future // the fast path's idle timer, while it runs
 	idleSince time.Time       // since when nothing new arrived; zero: busy
+
+	// cursorUnknown: a fresh run of Revision1 or later that has not read
+	// its delivered version yet; delivered is 0 until it has.
+	cursorUnknown bool
 }
 
 const keepRepairs = 100
@@ -330,7 +397,13 @@ func (s *aggregateState) publishBatch(ctx workflow.Context) int {
 	if !s.fastPath() {
 		return 0
 	}
-	run := s.run(s.in.PublishBatchSize)
+	var run []EventRef
+	if s.cursorUnknown {
+		// Where the run starts is the activity's to find out.
+		run = slices.Clone(s.pending[:min(len(s.pending), s.in.PublishBatchSize)])
+	} else {
+		run = s.run(s.in.PublishBatchSize)
+	}
 	if len(run) == 0 {
 		return 0
 	}
@@ -338,11 +411,15 @@ func (s *aggregateState) publishBatch(ctx workflow.Context) int {
 	defer func() { s.publishing = 0 }()
 	var res PublishBatchResult
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, fastPathOptions), PublishBatchActivity,
-		PublishBatchInput{AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Events: run}).Get(ctx, &res)
+		PublishBatchInput{AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Events: run,
+			LoadCursor: s.cursorUnknown}).Get(ctx, &res)
 	if err != nil {
 		workflow.GetLogger(ctx).Info("fast path failed; publishing the event on the regular path, with retries",
 			"version", run[0].Version, "error", err)
 		return 0
+	}
+	if s.cursorUnknown {
+		s.setCursor(res.Cursor)
 	}
 	n := min(res.Published, len(run))
 	if res.Stopped != "" {
@@ -352,12 +429,17 @@ func (s *aggregateState) publishBatch(ctx workflow.Context) int {
 	for _, e := range res.Effects {
 		effects[e.Version] = e.Effects
 	}
+	published := 0
 	for range n {
-		ev := s.pending[0]
+		ev, ok := s.next()
+		if !ok {
+			break // the activity cannot have published past a gap
+		}
 		s.done(ev)
 		s.startEffects(ctx, ev, effects[ev.Version])
+		published++
 	}
-	return n
+	return published
 }
 
 // fastPath says whether this run publishes in batches: when its input

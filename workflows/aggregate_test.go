@@ -31,7 +31,10 @@ type fakeActivities struct {
 	published   []workflows.PublishInput
 	cursorCalls []workflows.CursorInput
 	batches     [][]int64 // versions of each fast-path call, as asked
-	regular     []int64   // versions of each regular-path attempt
+	// batchCursorReads counts fast-path calls that read the cursor
+	// (LoadCursor) instead of LoadCursor's own activity.
+	batchCursorReads int
+	regular          []int64 // versions of each regular-path attempt
 }
 
 // PublishBatch publishes the leading events that would not fail, like
@@ -47,6 +50,22 @@ func (f *fakeActivities) PublishBatch(_ context.Context, in workflows.PublishBat
 	}
 	f.batches = append(f.batches, asked)
 	var res workflows.PublishBatchResult
+	if in.LoadCursor {
+		f.batchCursorReads++
+		res.Cursor = f.delivered
+		var run []workflows.EventRef
+		for _, ev := range in.Events {
+			if ev.Version == f.delivered+1+int64(len(run)) {
+				run = append(run, ev)
+			} else if ev.Version > f.delivered {
+				break
+			}
+		}
+		if len(run) == 0 {
+			return res, nil
+		}
+		in.Events = run
+	}
 	for _, ev := range in.Events {
 		if f.failures[ev.Version] > 0 {
 			res.Stopped = fmt.Sprintf("version %d fails (fake)", ev.Version)
@@ -574,4 +593,122 @@ func TestFastPathIdleCountsFromLastEvent(t *testing.T) {
 	require.Equal(t, versions(1, 3), b.fakes.publishedVersions())
 	require.GreaterOrEqual(t, took, 110*time.Second, "completed before a minute of idleness")
 	require.Less(t, took, 112*time.Second)
+}
+
+// oneShotInput is how pollers start an aggregate they have not signalled
+// recently: its events in the input, the current revision, no idle wait.
+func oneShotInput(versions ...int64) workflows.AggregateInput {
+	in := fastInput(time.Minute)
+	in.Revision = workflows.CurrentRevision
+	in.OneShot = true
+	in.Pending = evs(versions...)
+	return in
+}
+
+// A one-shot run publishes its events in one local activity that also
+// reads the cursor, and completes at once: no cursor activity of its own,
+// no idle timer.
+func TestOneShotPublishesAndCompletesAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	took := b.run(oneShotInput(1, 2, 3))
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2, 3}, b.fakes.publishedVersions())
+	require.Equal(t, [][]int64{{1, 2, 3}}, b.fakes.batches)
+	require.Equal(t, 1, b.fakes.batchCursorReads)
+	require.Empty(t, b.fakes.cursorCalls, "the cursor came with the batch")
+	require.Less(t, took, time.Second, "a one-shot run waited")
+}
+
+// Events an earlier run delivered are dropped by the cursor the batch read.
+func TestOneShotDropsDeliveredEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2)
+	b.run(oneShotInput(1, 2, 3, 4))
+	b.requireCompleted(t)
+	require.Equal(t, []int64{3, 4}, b.fakes.publishedVersions())
+	require.Empty(t, b.fakes.cursorCalls)
+	t.Run("all delivered already", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 5)
+		b.run(oneShotInput(4, 5))
+		b.requireCompleted(t)
+		require.Empty(t, b.fakes.publishedVersions())
+		require.Equal(t, 1, b.fakes.batchCursorReads)
+		require.Empty(t, b.fakes.cursorCalls)
+	})
+}
+
+// A one-shot run with a gap waits for the missing version however long it
+// takes, then publishes the rest and completes without an idle wait.
+func TestOneShotWaitsForMissingVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	mid := b.observeAt(10 * time.Minute)
+	b.signalAt(10*time.Minute+time.Second, 2)
+	took := b.run(oneShotInput(1, 3))
+	require.NoError(t, mid.err)
+	require.False(t, mid.completed, "completed while version 2 was missing")
+	require.Equal(t, []int64{1}, mid.published)
+	require.Equal(t, []int64{3}, mid.state.Pending)
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2, 3}, b.fakes.publishedVersions())
+	require.Less(t, took, 10*time.Minute+2*time.Second, "completed late: an idle wait after the gap closed")
+}
+
+// Signals that reach a one-shot run before it completes are published by
+// it (a poller's Signal-With-Start found the run still open).
+func TestOneShotTakesSignalsBeforeCompleting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.env.RegisterDelayedCallback(func() {
+		b.env.SignalWorkflow(workflows.EventsSignal, workflows.EventsSignalArg{Events: evs(2, 3)})
+	}, 0)
+	b.run(oneShotInput(1, 2))
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2, 3}, b.fakes.publishedVersions())
+}
+
+// When the first batch fails, the run reads the cursor with its own
+// activity and publishes on the regular path, with retries.
+func TestOneShotFirstBatchFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.fakes.failures[1] = 1
+	b.run(oneShotInput(1, 2))
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2}, b.fakes.publishedVersions())
+	require.Len(t, b.fakes.cursorCalls, 1)
+	require.Equal(t, []int64{1, 1}, b.fakes.regular, "a failed regular attempt and a good one")
+}
+
+// A keep-alive run of the current revision (Signal-With-Start) also takes
+// its cursor from the first batch, and still waits IdleTimeout at the end.
+func TestRevision1KeepAliveReadsCursorInFirstBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	in := fastInput(time.Minute)
+	in.Revision = workflows.CurrentRevision
+	b.signalAt(0, 1, 2, 3)
+	b.signalAt(10*time.Second, 4)
+	took := b.run(in)
+	b.requireCompleted(t)
+	require.Equal(t, []int64{2, 3, 4}, b.fakes.publishedVersions())
+	require.Equal(t, [][]int64{{1, 2, 3}, {4}}, b.fakes.batches)
+	require.Equal(t, 1, b.fakes.batchCursorReads)
+	require.Empty(t, b.fakes.cursorCalls)
+	require.GreaterOrEqual(t, took, 70*time.Second, "no idle wait")
+}
+
+// The regular path (no batch size) with the current revision reads the
+// cursor with its activity.
+func TestRevision1WithoutFastPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	in := oneShotInput(1, 2)
+	in.PublishBatchSize = 0
+	b.run(in)
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2}, b.fakes.regular)
+	require.Len(t, b.fakes.cursorCalls, 1)
 }

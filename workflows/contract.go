@@ -36,6 +36,19 @@ const (
 	DefaultPublishBatchSize = 100
 )
 
+// Behaviour revisions of the aggregate workflow, chosen by its input
+// (AggregateInput.Revision) so that every recorded history replays as it
+// was recorded: a revision is never changed, only added.
+const (
+	// Revision1: a fresh run learns its cursor from its first batch
+	// (PublishBatchInput.LoadCursor: one local activity where there were
+	// two), and starts effect workflows without a GetVersion marker (whose
+	// TemporalChangeVersion upsert is a visibility write per run).
+	Revision1 = 1
+	// CurrentRevision is what pollers start new runs with.
+	CurrentRevision = Revision1
+)
+
 // WorkflowID is the aggregate workflow's ID: a pure function of the
 // aggregate, so every poller signals the same workflow for it.
 func WorkflowID(aggregateType, aggregateID string) string {
@@ -82,6 +95,16 @@ type AggregateInput struct {
 	PublishBatchSize int `json:"publish_batch_size,omitempty"`
 	// Policies by event type; "*" applies to types without an entry.
 	Policies map[string]EventPolicy `json:"policies,omitempty"`
+	// Revision is the behaviour revision the poller started the run with
+	// (CurrentRevision); continue-as-new keeps it. Zero: a run started
+	// before revisions, which replays as it was recorded. See Revision1.
+	Revision int `json:"revision,omitempty"`
+	// OneShot: the run completes as soon as it has published what it was
+	// given and nothing else is pending, with no idle wait (and no timer).
+	// Pollers start an aggregate they have not signalled recently this
+	// way, with its events in Pending; a running one still gets
+	// Signal-With-Start. Runs with the field unset keep IdleTimeout.
+	OneShot bool `json:"one_shot,omitempty"`
 	// Blocked carries a quarantine across continue-as-new.
 	Blocked *Blocked `json:"blocked,omitempty"`
 	// Repairs carries the results of recent repair requests across
@@ -113,13 +136,22 @@ type PublishBatchInput struct {
 	AggregateType string     `json:"aggregate_type"`
 	AggregateID   string     `json:"aggregate_id"`
 	Events        []EventRef `json:"events"`
+	// LoadCursor: the run does not know its delivered version yet. The
+	// activity reads it first, drops the events at or below it, publishes
+	// the consecutive run that follows it, and returns it in Cursor.
+	// Events are then ascending but need not start right after the cursor.
+	LoadCursor bool `json:"load_cursor,omitempty"`
 }
 
 // PublishBatchResult is PublishBatchActivity's result.
 type PublishBatchResult struct {
 	// Published is how many leading events of the input are published and
-	// marked (including ones an earlier attempt had published).
+	// marked (including ones an earlier attempt had published); with
+	// LoadCursor, leading events of those above Cursor.
 	Published int `json:"published"`
+	// Cursor is the delivered version read before publishing (LoadCursor
+	// only).
+	Cursor int64 `json:"cursor,omitempty"`
 	// Effects to start, for published events that have any.
 	Effects []EventEffects `json:"effects,omitempty"`
 	// Stopped says why the batch ended before its last event; the workflow

@@ -74,7 +74,9 @@ func (s *aggregateState) startEffects(ctx workflow.Context, ev EventRef, effects
 	if len(effects) == 0 {
 		return
 	}
-	if workflow.GetVersion(ctx, EffectsChangeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	// Revision1 runs always start effects; older ones decide by the marker
+	// their history has (or lacks).
+	if s.in.Revision < Revision1 && workflow.GetVersion(ctx, EffectsChangeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
 	futures := make([]workflow.ChildWorkflowFuture, len(effects))

@@ -975,3 +975,28 @@ func TestReplay(t *testing.T) {
 		})
 	}
 }
+
+// A one-shot run that was blocked and repaired does not complete at once:
+// it idles like a keep-alive run, so a repeated request is answered with
+// the first result (what `ferry repair` run twice expects).
+func TestOneShotRunIdlesAfterRepair(t *testing.T) {
+	t.Parallel()
+	b := qsetup(t)
+	b.fakes.fail("evt-2", "Unroutable", -1)
+	in := qinput(maxAttempts(2))
+	in.PublishBatchSize = workflows.DefaultPublishBatchSize
+	in.Revision = workflows.CurrentRevision
+	in.OneShot = true
+	in.Pending = evs(1, 2, 3)
+	b.healAt(time.Hour, "evt-2")
+	first := b.repairAt(time.Hour, "u-1", repairReq("r-1", workflows.ActionRetry, "evt-2"))
+	again := b.repairAt(time.Hour+30*time.Second, "u-2", repairReq("r-1", workflows.ActionRetry, "evt-2"))
+	took := b.run(in)
+
+	requireApplied(t, first, workflows.RepairResult{RequestID: "r-1", Action: workflows.ActionRetry, EventID: "evt-2", Version: 2, AuditID: 1})
+	require.NoError(t, again.rejected)
+	require.NoError(t, again.err)
+	require.True(t, again.result.Duplicate, "the repeat was not answered by the run")
+	b.requireIdleCompletion(t, took, time.Hour+time.Minute)
+	require.Equal(t, ids(1, 2, 3), b.fakes.calls().published)
+}

@@ -41,9 +41,18 @@ const (
 	// (a gap) and 6, published in one batch; one idle timer across the
 	// signals, a second for the rest of the idle time; idle completion.
 	batchHistoryFile = "testdata/batch_history.json"
+	// oneShotHistoryFile: the current revision as pollers start a new
+	// aggregate: an eager one-shot start with one event in the input,
+	// published by one local activity that also read the cursor, completed
+	// in the first workflow task.
+	oneShotHistoryFile = "testdata/oneshot_history.json"
+	// oneShotGapHistoryFile: a one-shot run with events 1 and 3 in its
+	// input publishes 1, waits for 2, gets 2 and a repeated 3 by signal,
+	// publishes them in one batch and completes; no timer.
+	oneShotGapHistoryFile = "testdata/oneshot_gap_history.json"
 )
 
-var recordedHistories = []string{historyFile, quarantineHistoryFile, batchHistoryFile}
+var recordedHistories = []string{historyFile, quarantineHistoryFile, batchHistoryFile, oneShotHistoryFile, oneShotGapHistoryFile}
 
 func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
@@ -224,6 +233,60 @@ func TestBatchHistoryContents(t *testing.T) {
 	}, timers)
 	require.Equal(t, []int64{4}, regular)
 	require.Equal(t, []int32{2}, attempts, "the started event records the attempt that succeeded")
+}
+
+// The one-shot recordings are what a new aggregate costs: an eager start,
+// one workflow task, one local-activity marker per batch (the cursor read
+// with the first), no timer, no cursor activity of its own.
+func TestOneShotHistoryContents(t *testing.T) {
+	t.Parallel()
+	dc := converter.GetDefaultDataConverter()
+	type summary struct {
+		types []enumspb.EventType
+	}
+	read := func(file string) summary {
+		var s summary
+		for _, ev := range loadHistory(t, file) {
+			s.types = append(s.types, ev.GetEventType())
+			switch ev.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+				attrs := ev.GetWorkflowExecutionStartedEventAttributes()
+				require.True(t, attrs.GetEagerExecutionAccepted(), "%s: not an eager start", file)
+				var in workflows.AggregateInput
+				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &in))
+				require.True(t, in.OneShot)
+				require.Equal(t, workflows.Revision1, in.Revision)
+			case enumspb.EVENT_TYPE_MARKER_RECORDED:
+				var lai struct {
+					ActivityType string
+				}
+				details := ev.GetMarkerRecordedEventAttributes().GetDetails()
+				require.NoError(t, dc.FromPayloads(details["data"], &lai))
+				require.Equal(t, workflows.PublishBatchActivity, lai.ActivityType, "%s: a local activity other than the batch", file)
+			}
+		}
+		return s
+	}
+	one := read(oneShotHistoryFile)
+	require.Equal(t, []enumspb.EventType{
+		enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+		enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+		enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+		enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+		enumspb.EVENT_TYPE_MARKER_RECORDED,
+		enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+	}, one.types)
+
+	gap := read(oneShotGapHistoryFile)
+	require.NotContains(t, gap.types, enumspb.EVENT_TYPE_TIMER_STARTED)
+	require.Contains(t, gap.types, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
+	markers := 0
+	for _, typ := range gap.types {
+		if typ == enumspb.EVENT_TYPE_MARKER_RECORDED {
+			markers++
+		}
+	}
+	require.Equal(t, 2, markers, "the first batch (1) and the one after the gap closed (2, 3)")
 }
 
 // The replays above prove something only if a changed workflow fails them.

@@ -214,6 +214,7 @@ func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		PollInterval: cfg.PollInterval,
 		IdleTimeout:  cfg.IdleTimeout,
 		Policies:     cfg.Policies,
+		StartMode:    cfg.StartMode,
 		Logger:       logger,
 
 		PublishBatchSize: cfg.PublishBatchSize,

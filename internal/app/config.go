@@ -52,6 +52,10 @@ type Config struct {
 	// Policies of retries and poison handling by event type, "*" for the
 	// rest. Default: workflows.DefaultMaxAttempts, then block the aggregate.
 	Policies map[string]workflows.EventPolicy
+	// StartMode of aggregates not dispatched within IdleTimeout:
+	// poller.StartOneShot (default: a run with the events in its input
+	// that completes once they are published) or poller.StartKeepAlive.
+	StartMode string
 	// MetricsAddress serves Prometheus /metrics when set (host:port).
 	// Default: off.
 	MetricsAddress string
@@ -162,6 +166,10 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.DriftSample < -1 || c.DriftSample > workflows.MaxDriftSample {
 		return c, fmt.Errorf("drift sample %d: use 1 to %d aggregates, 0 for the default (%d), or -1 for no drift check",
+	c.StartMode = cmp.Or(c.StartMode, poller.StartOneShot)
+	if c.StartMode != poller.StartOneShot && c.StartMode != poller.StartKeepAlive {
+		return c, fmt.Errorf("start mode %q: use %s or %s", c.StartMode, poller.StartOneShot, poller.StartKeepAlive)
+	}
 			c.DriftSample, workflows.MaxDriftSample, workflows.DefaultDriftSample)
 	}
 	if c.WorkflowTaskPollers != 0 && c.WorkflowTaskPollers < 2 {

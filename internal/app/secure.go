@@ -115,6 +115,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("lease", r.Lease),
 		slog.Duration("poll_interval", r.PollInterval),
 		slog.Duration("idle_timeout", r.IdleTimeout),
+		slog.String("start_mode", r.StartMode),
 		slog.Duration("connect_timeout", r.ConnectTimeout),
 	)
 }

@@ -86,6 +86,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.DurationVar(&g.cfg.PollInterval, "poll-interval", envDuration("FERRY_POLL_INTERVAL", time.Second), "fallback poll interval when no NOTIFY arrives (FERRY_POLL_INTERVAL)")
 	f.DurationVar(&g.cfg.IdleTimeout, "idle-timeout", envDuration("FERRY_IDLE_TIMEOUT", time.Minute), "an idle aggregate workflow completes after this (FERRY_IDLE_TIMEOUT)")
 	f.StringArrayVar(&g.policies, "policy", envList("FERRY_POLICY"), "retries and poison handling of an event type, TYPE:max-attempts=N,on-poison=block|skip; TYPE * for the rest (repeatable; FERRY_POLICY, ';'-separated)")
+	f.StringVar(&g.cfg.StartMode, "start-mode", env("FERRY_START_MODE", "one-shot"), "aggregates not dispatched within --idle-timeout: one-shot (a run with the events in its input, done once they are published) or keep-alive (a run that idles --idle-timeout) (FERRY_START_MODE)")
 	f.DurationVar(&g.cfg.RowRetention, "retention", envDuration("FERRY_RETENTION", 720*time.Hour), "delivered rows older than this are deleted by the retention schedule (FERRY_RETENTION)")
 	f.DurationVar(&g.cfg.PayloadRetention, "payload-retention", envDuration("FERRY_PAYLOAD_RETENTION", 0), "blank payloads of delivered rows older than this, keeping identity and timestamps; 0: keep (FERRY_PAYLOAD_RETENTION)")
 	f.IntVar(&g.cfg.DriftSample, "drift-sample", envInt("FERRY_DRIFT_SAMPLE", 0), "aggregates each reconcile run compares with their workflows; 0: 50, -1: no drift check (FERRY_DRIFT_SAMPLE)")

@@ -18,6 +18,13 @@
 //     1-5 in one signal, evt-4 fails its first regular attempt so the batch
 //     stops before it and the regular path retries it, then 7 (a gap) and
 //     6, published together; one idle timer throughout.
+//   - oneshot: how a poller starts an aggregate it has not dispatched
+//     recently: an eager start of a one-shot run (current revision) with
+//     its one event in the input; the first batch reads the cursor and
+//     publishes it, and the run completes in its first workflow task.
+//   - oneshot_gap: a one-shot run started with events 1 and 3 publishes 1,
+//     waits for the missing 2, gets 2 and a repeated 3 by signal,
+//     publishes both in one batch and completes, with no timer.
 //   - quarantine: an event's publish keeps failing with a retryable
 //     "Unroutable" error under a policy of two attempts, so it is
 //     quarantined; an event signalled meanwhile waits; a repair update
@@ -64,18 +71,20 @@ func main() {
 type scenario func(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (id, runID string, err error)
 
 var scenarios = map[string]scenario{
-	"aggregate":  recordAggregate,
-	"quarantine": recordQuarantine,
-	"batch":      recordBatch,
+	"aggregate":   recordAggregate,
+	"quarantine":  recordQuarantine,
+	"batch":       recordBatch,
+	"oneshot":     recordOneShot,
+	"oneshot_gap": recordOneShotGap,
 }
 
 func run() error {
-	name := flag.String("scenario", "aggregate", "what to record: aggregate, quarantine or batch")
+	name := flag.String("scenario", "aggregate", "what to record: aggregate, quarantine, batch, oneshot or oneshot_gap")
 	out := flag.String("out", "", "file to write the history to (default workflows/testdata/<scenario>_history.json)")
 	flag.Parse()
 	record, ok := scenarios[*name]
 	if !ok {
-		return fmt.Errorf("-scenario %q: want aggregate, quarantine or batch", *name)
+		return fmt.Errorf("-scenario %q: want aggregate, quarantine, batch, oneshot or oneshot_gap", *name)
 	}
 	path := cmp.Or(*out, filepath.Join("workflows", "testdata", *name+"_history.json"))
 
@@ -219,6 +228,60 @@ func recordBatch(ctx context.Context, c client.Client, taskQueue string, acts *s
 		return "", "", fmt.Errorf("workflow %s: %w", id, err)
 	}
 	return id, we.GetRunID(), nil
+}
+
+// oneShotInput is what a poller starts a one-shot run with.
+func oneShotInput(versions ...int64) workflows.AggregateInput {
+	in := workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: 2 * time.Second,
+		PublishBatchSize: workflows.DefaultPublishBatchSize, Revision: workflows.CurrentRevision, OneShot: true}
+	for _, v := range versions {
+		in.Pending = append(in.Pending, ref(v))
+	}
+	return in
+}
+
+// startOneShot starts a run as the poller does: eagerly, on the client the
+// worker polls with.
+func startOneShot(ctx context.Context, c client.Client, taskQueue string, in workflows.AggregateInput) (client.WorkflowRun, error) {
+	id := workflows.WorkflowID(in.AggregateType, in.AggregateID)
+	we, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: id, TaskQueue: taskQueue, EnableEagerStart: true, WorkflowExecutionErrorWhenAlreadyStarted: true,
+	}, workflows.AggregateWorkflowName, in)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", id, err)
+	}
+	return we, nil
+}
+
+// recordOneShot: one event in a one-shot run's input.
+func recordOneShot(ctx context.Context, c client.Client, taskQueue string, _ *standIns) (string, string, error) {
+	we, err := startOneShot(ctx, c, taskQueue, oneShotInput(1))
+	if err != nil {
+		return "", "", err
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", we.GetID(), err)
+	}
+	return we.GetID(), we.GetRunID(), nil
+}
+
+// recordOneShotGap: events 1 and 3 in the input, 2 and 3 signalled once
+// 1 is out.
+func recordOneShotGap(ctx context.Context, c client.Client, taskQueue string, _ *standIns) (string, string, error) {
+	we, err := startOneShot(ctx, c, taskQueue, oneShotInput(1, 3))
+	if err != nil {
+		return "", "", err
+	}
+	if err := waitDelivered(ctx, c, we.GetID(), we.GetRunID(), 1); err != nil {
+		return "", "", err
+	}
+	if err := signal(ctx, c, we.GetID(), we.GetRunID(), 2, 3); err != nil {
+		return "", "", err
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", we.GetID(), err)
+	}
+	return we.GetID(), we.GetRunID(), nil
 }
 
 // waitDelivered polls the workflow's state until it delivered version v.
@@ -371,6 +434,20 @@ func (s *standIns) publishBatch(_ context.Context, in workflows.PublishBatchInpu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var res workflows.PublishBatchResult
+	if in.LoadCursor {
+		// Nothing delivered yet (as loadCursor): the run from version 1.
+		var run []workflows.EventRef
+		for _, ev := range in.Events {
+			if ev.Version != int64(len(run))+1 {
+				break
+			}
+			run = append(run, ev)
+		}
+		if len(run) == 0 {
+			return res, nil
+		}
+		in.Events = run
+	}
 	for _, ev := range in.Events {
 		if s.poisoned[ev.ID] || s.flaky[ev.ID] > 0 {
 			res.Stopped = fmt.Sprintf("event %s did not publish (stand-in)", ev.ID)
