@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -21,10 +19,9 @@ import (
 	"go.temporal.io/server/common/authorization"
 	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
-	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/common/log"
 	"go.temporal.io/server/common/log/tag"
-	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/metrics"
 	"go.temporal.io/server/common/primitives"
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
@@ -68,6 +65,14 @@ type Config struct {
 	// process takes one before the server binds it, Start picks new ones
 	// (up to 5 tries).
 	InternalPorts []int
+	// MetricsAddress is where the server serves its own metrics in
+	// Prometheus' text format (host:port, path /metrics; OpenTelemetry
+	// names: counters end in _total, timers in _milliseconds): state
+	// transitions (state_transition_count_ratio_count: one per persisted
+	// mutable-state transaction), billed actions (action_total), persistence
+	// and visibility requests and latency, task queue matching. Empty
+	// serves none.
+	MetricsAddress string
 }
 
 // Tries of a start whose picked ports were taken before the server bound
@@ -99,38 +104,24 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("devserver: Address %s is taken (is another Temporal server running?): %w", cfg.Address, err)
 		}
 	}
+	if cfg.MetricsAddress != "" {
+		mhost, mport, err := splitHostPort(cfg.MetricsAddress)
+		if err != nil || mport == 0 {
+			return nil, fmt.Errorf("devserver: MetricsAddress %q: want host:port with a fixed port", cfg.MetricsAddress)
+		}
+		if err := portFree(mhost, mport); err != nil {
+			return nil, fmt.Errorf("devserver: MetricsAddress %s is taken: %w", cfg.MetricsAddress, err)
+		}
+	}
 	if n := len(cfg.InternalPorts); n != 0 && n != 7 {
 		return nil, fmt.Errorf("devserver: InternalPorts has %d ports: give all 7, or none", n)
 	}
 
-	restart := false // an existing SQLite file: state of an earlier run
-	sqlCfg := &config.SQL{
-		PluginName:        sqliteplugin.PluginName,
-		ConnectAttributes: map[string]string{},
+	st, err := openStores(cfg.DatabasePath)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.DatabasePath == "" {
-		// The SQLite plugin creates the schema of an in-memory database itself.
-		sqlCfg.ConnectAttributes["mode"] = "memory"
-		sqlCfg.ConnectAttributes["cache"] = "shared"
-		sqlCfg.DatabaseName = "ferry-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	} else {
-		sqlCfg.ConnectAttributes["mode"] = "rwc"
-		// WAL: commits append to a log instead of rewriting pages, and a crash
-		// of this process (the dev server's common end) loses nothing.
-		sqlCfg.ConnectAttributes["journal_mode"] = "wal"
-		sqlCfg.ConnectAttributes["synchronous"] = "1"
-		sqlCfg.DatabaseName = cfg.DatabasePath
-		if err := os.MkdirAll(filepath.Dir(cfg.DatabasePath), 0o755); err != nil {
-			return nil, fmt.Errorf("devserver: create folder for %s: %w", cfg.DatabasePath, err)
-		}
-		if _, err := os.Stat(cfg.DatabasePath); errors.Is(err, os.ErrNotExist) {
-			if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
-				return nil, fmt.Errorf("devserver: set up SQLite schema in %s: %w", cfg.DatabasePath, err)
-			}
-		} else {
-			restart = true
-		}
-	}
+	restart := st.restart
 
 	var logger log.Logger = log.NewNoopLogger()
 	if cfg.LogFile != "" {
@@ -147,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	var s *Server
 	for try := 1; ; try++ {
-		s, err = start(ctx, cfg, host, port, sqlCfg, logger)
+		s, err = start(ctx, cfg, host, port, st, logger)
 		// Fixed ports stay fixed: the error names the one that is taken.
 		fixed := len(cfg.InternalPorts) > 0
 		if err == nil || fixed || try == startTries || !errors.Is(err, syscall.EADDRINUSE) {
@@ -176,7 +167,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // start builds and starts one server on the frontend port (picked when 0)
 // and the internal ports (picked when not configured), and waits until it
 // answers. A fatal error the server reports on the way is returned.
-func start(ctx context.Context, cfg Config, host string, port int, sqlCfg *config.SQL, logger log.Logger) (*Server, error) {
+func start(ctx context.Context, cfg Config, host string, port int, st stores, logger log.Logger) (*Server, error) {
+	sqlCfg := st.main
 	ports := cfg.InternalPorts
 	if len(ports) == 0 {
 		ports = make([]int, 0, 7)
@@ -195,7 +187,7 @@ func start(ctx context.Context, cfg Config, host string, port int, sqlCfg *confi
 		}
 		port = p
 	}
-	srvCfg := serverConfig(host, port, ports, sqlCfg)
+	srvCfg := serverConfig(host, port, ports, st)
 	ns, err := sqliteschema.NewNamespaceConfig(srvCfg.ClusterMetadata.CurrentClusterName, cfg.Namespace, false, cfg.SearchAttributes)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: namespace %q: %w", cfg.Namespace, err)
@@ -213,12 +205,7 @@ func start(ctx context.Context, cfg Config, host string, port int, sqlCfg *confi
 	if err != nil {
 		return nil, fmt.Errorf("devserver: claim mapper: %w", err)
 	}
-	dc := dynamicconfig.StaticClient{
-		// Search attributes registered above are usable at once, without the
-		// cache refresh delay a cluster would have.
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
-		dynamicconfig.FrontendEnableUpdateWorkflowExecution.Key():   true,
-	}
+	dc := dynamicConfig(st)
 
 	// Built and started on a goroutine of its own, where a Fatal on the way
 	// (a panic with the *FatalError, see fatalLogger) is recovered.
@@ -238,14 +225,30 @@ func start(ctx context.Context, cfg Config, host string, port int, sqlCfg *confi
 				done <- result{err: fmt.Errorf("devserver: start server: %w", fe)}
 			}
 		}()
-		srv, err := temporal.NewServer(
+		opts := []temporal.ServerOption{
 			temporal.WithConfig(srvCfg),
 			temporal.ForServices(temporal.DefaultServices),
 			temporal.WithLogger(logger),
 			temporal.WithAuthorizer(authorizer),
 			temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
 			temporal.WithDynamicConfigClient(dc),
-		)
+		}
+		if cfg.MetricsAddress != "" {
+			// Built here, not from the config: the server stops a handler
+			// it was given (closing its listener, so a retry can bind the
+			// address again), and a listen error is a Fatal this goroutine
+			// recovers.
+			mh, err := metrics.MetricsHandlerFromConfig(logger, &metrics.Config{Prometheus: &metrics.PrometheusConfig{
+				Framework:     metrics.FrameworkOpentelemetry,
+				ListenAddress: cfg.MetricsAddress,
+			}})
+			if err != nil {
+				done <- result{err: fmt.Errorf("devserver: metrics on %s: %w", cfg.MetricsAddress, err)}
+				return
+			}
+			opts = append(opts, temporal.WithCustomMetricsHandler(mh))
+		}
+		srv, err := temporal.NewServer(opts...)
 		if err != nil {
 			done <- result{err: fmt.Errorf("devserver: build server: %w", err)}
 			return
@@ -422,7 +425,7 @@ func (s *Server) startUI() error {
 	return fmt.Errorf("devserver: UI on %s did not answer", s.uiURL)
 }
 
-func serverConfig(host string, port int, ports []int, sqlCfg *config.SQL) *config.Config {
+func serverConfig(host string, port int, ports []int, st stores) *config.Config {
 	svc := func(grpc, membership int) config.Service {
 		return config.Service{RPC: config.RPC{GRPCPort: grpc, MembershipPort: membership, BindOnIP: host}}
 	}
@@ -431,12 +434,7 @@ func serverConfig(host string, port int, ports []int, sqlCfg *config.SQL) *confi
 		Global: config.Global{
 			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: host},
 		},
-		Persistence: config.Persistence{
-			DefaultStore:     sqliteplugin.PluginName,
-			VisibilityStore:  sqliteplugin.PluginName,
-			NumHistoryShards: 1,
-			DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
-		},
+		Persistence: st.persistence(),
 		ClusterMetadata: &cluster.Config{
 			EnableGlobalNamespace:    false,
 			FailoverVersionIncrement: 10,

@@ -67,8 +67,13 @@ type ferryOpts struct {
 	lease    time.Duration // default: the poller's
 	pool     *pgxpool.Pool // default: the test schema's pool
 	temporal client.Client // the pollers' client; default: the shared one
+	// shared is the client of the worker and (unless temporal is set) the
+	// pollers, as in one `ferry run` process: one-shot starts are eager.
+	// Default: the shared test server's client.
+	shared client.Client
 	// Passed to new aggregate workflows; zero: the workflow's defaults.
 	idleTimeout time.Duration
+	startMode   string // poller.Config.StartMode; default one-shot
 	maxHistory  int
 	policies    map[string]workflows.EventPolicy
 	noWorker    bool              // pollers only
@@ -90,6 +95,12 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 		o.pool = e.db.Pool
 	}
 	workerClient := tclient
+	if o.shared != nil {
+		workerClient = o.shared
+		if o.temporal == nil {
+			o.temporal = o.shared
+		}
+	}
 	if o.tracer != nil {
 		// As a Ferry process: Temporal's tracing interceptor on the client
 		// the worker and the pollers use (sharing the connection).
@@ -130,6 +141,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			PollInterval:     200 * time.Millisecond,
 			Lease:            o.lease,
 			IdleTimeout:      o.idleTimeout,
+			StartMode:        o.startMode,
 			MaxHistoryEvents: o.maxHistory,
 			Policies:         o.policies,
 			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
