@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -32,9 +30,12 @@ type Event struct {
 	// AggregateType names the kind of entity, e.g. "order". Letters, digits,
 	// '_', '.', '-'; at most 100 bytes. Part of the routing key.
 	AggregateType string
-	// AggregateID identifies the entity within its type: UTF-8 without NUL
-	// (PostgreSQL text cannot hold it), at most 200 bytes.
-	// It becomes part of a Temporal workflow ID: never put personal data here.
+	// AggregateID identifies the entity within its type: 1-200 printable
+	// ASCII characters (0x20-0x7E, space included). It becomes part of the
+	// Temporal workflow ID "ferry/<type>/<id>", which the Temporal client
+	// sends in a gRPC header, and gRPC refuses any other byte there (control
+	// characters, and every byte of a non-ASCII character): such an event
+	// could never be delivered. Never put personal data here.
 	AggregateID string
 	// AggregateVersion is the event's position within its aggregate, 1, 2, 3…
 	// Zero lets Ferry assign the next one. A caller with its own
@@ -123,8 +124,12 @@ func (w *Writer) Validate(ev Event) error {
 		return bad("AggregateType", "%q: use 1-100 letters, digits, '_', '.' or '-'", ev.AggregateType)
 	case ev.AggregateID == "":
 		return bad("AggregateID", "is empty")
-	case len(ev.AggregateID) > 200 || !utf8.ValidString(ev.AggregateID) || strings.ContainsRune(ev.AggregateID, 0):
-		return bad("AggregateID", "must be valid UTF-8 without NUL, of at most 200 bytes")
+	case len(ev.AggregateID) > MaxAggregateIDBytes:
+		return bad("AggregateID", "is %d bytes, over the limit of %d", len(ev.AggregateID), MaxAggregateIDBytes)
+	case unprintable(ev.AggregateID) >= 0:
+		i := unprintable(ev.AggregateID)
+		return bad("AggregateID", "has byte 0x%02x at offset %d: use printable ASCII (0x20-0x7E), the only bytes Temporal takes in a workflow ID",
+			ev.AggregateID[i], i)
 	case ev.EventType == "":
 		return bad("EventType", "is empty")
 	case !namePattern.MatchString(ev.EventType):
@@ -135,6 +140,25 @@ func (w *Writer) Validate(ev Event) error {
 		return bad("SchemaVersion", "%d: must be between 1 and %d (0 means 1)", ev.SchemaVersion, math.MaxInt32)
 	}
 	return ValidatePayload(ev.Payload, w.cfg.MaxPayloadBytes)
+}
+
+// MaxAggregateIDBytes is the longest AggregateID, as the schema checks it
+// (outbox_events_aggregate_id_check). With AggregateType's 100 bytes the
+// workflow ID stays at most 307 bytes, well under Temporal's limit
+// (limit.maxIDLength, 1000 by default).
+const MaxAggregateIDBytes = 200
+
+// unprintable is the offset of the first byte of s outside printable ASCII
+// (0x20-0x7E), or -1. gRPC refuses any other byte in a header value, and the
+// Temporal client sends the workflow ID in one (temporal-resource-id). The
+// schema checks the same (outbox_events_aggregate_id_printable).
+func unprintable(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return i
+		}
+	}
+	return -1
 }
 
 // ValidatePayload checks a payload the way Validate does: a non-empty JSON
@@ -279,11 +303,28 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %s", ErrVersionGap, pgErr.Message)
 		case pgErr.ConstraintName == "outbox_events_pkey":
 			return fmt.Errorf("%w: %s", ErrDuplicateID, pgErr.Detail)
+		case pgErr.Code == "23514" && checkedField[pgErr.ConstraintName] != "":
+			// Validate checks the same rules first, so this is a schema
+			// stricter than this binary. The detail (the whole row, payload
+			// included) stays out of the message.
+			return fmt.Errorf("%w: %s refused by the schema (%s): %w", ErrInvalidEvent,
+				checkedField[pgErr.ConstraintName], pgErr.ConstraintName, err)
 		case pgErr.Code == "42P01":
 			return fmt.Errorf("insert outbox events: %w (run `ferry migrate`)", err)
 		}
 	}
 	return fmt.Errorf("insert outbox events: %w", err)
+}
+
+// checkedField names the Event field each CHECK constraint of
+// outbox_events is about.
+var checkedField = map[string]string{
+	"outbox_events_aggregate_type_check":    "AggregateType",
+	"outbox_events_aggregate_id_check":      "AggregateID",
+	"outbox_events_aggregate_id_printable":  "AggregateID",
+	"outbox_events_aggregate_version_check": "AggregateVersion",
+	"outbox_events_event_type_check":        "EventType",
+	"outbox_events_schema_version_check":    "SchemaVersion",
 }
 
 func nullIfEmpty(s string) *string {

@@ -173,7 +173,8 @@ func TestValidate(t *testing.T) {
 			e.ID, e.AggregateVersion, e.SchemaVersion = uuid.New(), 7, 2
 			e.AggregateType, e.EventType = "Billing.invoice_v2-x", "line.added"
 		}},
-		{name: "AggregateID of exactly 200 bytes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("é", 100) }},
+		{name: "AggregateID of exactly 200 bytes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("~", 200) }},
+		{name: "AggregateID of every printable ASCII byte", mutate: func(e *outbox.Event) { e.AggregateID = printableASCII() }},
 		{name: "payload of exactly the limit", mutate: func(e *outbox.Event) { e.Payload = []byte(`"` + strings.Repeat("x", 62) + `"`) }},
 		{name: "AggregateType of exactly 100 bytes", mutate: func(e *outbox.Event) { e.AggregateType = strings.Repeat("a", 100) }},
 
@@ -187,6 +188,13 @@ func TestValidate(t *testing.T) {
 		{name: "AggregateID of 101 two-byte runes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("é", 101) }, wantField: "AggregateID"},
 		{name: "AggregateID not UTF-8", mutate: func(e *outbox.Event) { e.AggregateID = "o-\xff" }, wantField: "AggregateID"},
 		{name: "NUL byte in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o-\x001" }, wantField: "AggregateID"},
+		{name: "control character in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "nul\x01ctl" }, wantField: "AggregateID"},
+		{name: "tab in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o\t1" }, wantField: "AggregateID"},
+		{name: "DEL in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o\x7f1" }, wantField: "AggregateID"},
+		{name: "non-ASCII AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "bestellung-ä" }, wantField: "AggregateID"},
+		{name: "control character in AggregateType", mutate: func(e *outbox.Event) { e.AggregateType = "ord\x01er" }, wantField: "AggregateType"},
+		{name: "newline at the end of AggregateType", mutate: func(e *outbox.Event) { e.AggregateType = "order\n" }, wantField: "AggregateType"},
+		{name: "control character in EventType", mutate: func(e *outbox.Event) { e.EventType = "cre\x01ated" }, wantField: "EventType"},
 		{name: "empty EventType", mutate: func(e *outbox.Event) { e.EventType = "" }, wantField: "EventType"},
 		{name: "colon in EventType", mutate: func(e *outbox.Event) { e.EventType = "order:created" }, wantField: "EventType"},
 		{name: "wildcard in EventType", mutate: func(e *outbox.Event) { e.EventType = "created.*" }, wantField: "EventType"},
