@@ -460,27 +460,49 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		Policies:         p.cfg.Policies,
 		Revision:         workflows.CurrentRevision,
 	}
+	parts := chunks(g.events, maxRefsPerDispatch)
 	how := metrics.DispatchSignal
 	if p.cfg.StartMode == StartOneShot && !p.recent.seen(id, time.Now()) {
-		started, err := p.startOneShot(ctx, id, g, in)
+		started, err := p.startOneShot(ctx, id, parts[0], in)
 		if err != nil {
 			return err
 		}
 		if started {
-			p.cfg.Metrics.Dispatched(metrics.DispatchStart)
-			return nil
+			parts = parts[1:]
+			how = metrics.DispatchStart
+		} else {
+			how = metrics.DispatchStartFallback
 		}
-		how = metrics.DispatchStartFallback
 	}
-	_, err = p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
-		workflows.EventsSignalArg{Events: g.events},
-		client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
-		workflows.AggregateWorkflowName, in)
-	if err != nil {
-		return fmt.Errorf("signal-with-start %s: %w", id, err)
+	// The rest (all of it, unless a one-shot run started) by signal, in
+	// version order: the run started above, or an open one, takes them.
+	for _, part := range parts {
+		_, err = p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+			workflows.EventsSignalArg{Events: part},
+			client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
+			workflows.AggregateWorkflowName, in)
+		if err != nil {
+			return fmt.Errorf("signal-with-start %s: %w", id, err)
+		}
 	}
 	p.cfg.Metrics.Dispatched(how)
 	return nil
+}
+
+// maxRefsPerDispatch bounds the event references in one start's input or
+// one signal: about 100 bytes each, so a dispatch stays far below
+// Temporal's 2 MB payload limit whatever the claim size (up to 5 ×
+// BatchSize rows of one aggregate).
+const maxRefsPerDispatch = 1000
+
+// chunks splits events, in order, into slices of at most n.
+func chunks(events []workflows.EventRef, n int) [][]workflows.EventRef {
+	out := make([][]workflows.EventRef, 0, (len(events)+n-1)/n)
+	for len(events) > n {
+		out = append(out, events[:n])
+		events = events[n:]
+	}
+	return append(out, events)
 }
 
 // startOneShot starts a one-shot run with the group's events in its input.
@@ -489,9 +511,9 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 // queue shares the client (as in `ferry run`), the server hands it the
 // first workflow task in the start's reply, skipping the task queue and a
 // state transition; otherwise the start is an ordinary one.
-func (p *Poller) startOneShot(ctx context.Context, id string, g *aggregateGroup, in workflows.AggregateInput) (bool, error) {
+func (p *Poller) startOneShot(ctx context.Context, id string, events []workflows.EventRef, in workflows.AggregateInput) (bool, error) {
 	in.OneShot = true
-	in.Pending = g.events
+	in.Pending = events
 	_, err := p.cfg.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:               id,
 		TaskQueue:        p.cfg.TaskQueue,
