@@ -169,6 +169,7 @@ func TestNewFillsDefaults(t *testing.T) {
 	require.Equal(t, workflows.DefaultPublishBatchSize, c.PublishBatchSize, "pollers turn the fast path on")
 	require.Same(t, slog.Default(), c.Logger)
 	require.Equal(t, otel.GetTracerProvider(), c.TracerProvider)
+	require.Equal(t, StartOneShot, c.StartMode)
 }
 
 func TestNewKeepsExplicitSettings(t *testing.T) {
@@ -180,7 +181,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7,
+		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive,
 	})
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -188,7 +189,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7,
+		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive,
 	}, p.cfg)
 }
 

@@ -64,7 +64,7 @@ func TestRunOnceDispatchSpanContinuesRowTraces(t *testing.T) {
 	require.Contains(t, o1.Attributes, attribute.Int("messaging.batch.message_count", 3))
 	require.Contains(t, o1.Attributes, attribute.String("ferry.poller", "traced"))
 	require.Equal(t, codes.Error, o1.Status.Code)
-	require.Contains(t, o1.Status.Description, "signal-with-start")
+	require.Contains(t, o1.Status.Description, "start ferry/order/o-1", "the failed one-shot start")
 
 	o2 := byAggregate["order/o-2"]
 	require.Equal(t, traceC, o2.SpanContext.TraceID().String())
