@@ -86,6 +86,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		BatchSize:       200,
 		Lease:           30 * time.Second,
 		PollInterval:    time.Second,
+		StartMode:       poller.StartOneShot,
 		ConnectTimeout:  10 * time.Second,
 		RowRetention:    30 * 24 * time.Hour,
 		OTelExporter:    "none",
@@ -99,7 +100,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	set := app.Config{
 		PostgresURL: "postgres://a@b/c", AMQPURL: "amqp://d/", TemporalAddress: "e:1", Namespace: "ns",
 		TaskQueue: "q.1:x-y_z", Exchange: "ex", RoutingKey: "all.{event_type}", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
-		IdleTimeout: 2 * time.Minute, ConnectTimeout: time.Second, RowRetention: 48 * time.Hour,
+		IdleTimeout: 2 * time.Minute, StartMode: poller.StartKeepAlive, ConnectTimeout: time.Second, RowRetention: 48 * time.Hour,
 		OTelExporter: "otlp-grpc", OTelEndpoint: "https://collector:4317", OTelServiceName: "relay",
 	}
 	got, err := set.WithDefaults()
@@ -121,6 +122,7 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 		{"drift sample too large", app.Config{DriftSample: 1001}, []string{"drift sample 1001", "-1 for no drift check"}},
 		{"drift sample below -1", app.Config{DriftSample: -2}, []string{"drift sample -2"}},
 		{"unknown exporter", app.Config{OTelExporter: "zipkin"}, []string{`exporter "zipkin"`, "otlp-grpc"}},
+		{"unknown start mode", app.Config{StartMode: "lazy"}, []string{`start mode "lazy"`, "one-shot", "keep-alive"}},
 		{"endpoint not a URL", app.Config{OTelExporter: "otlp-http", OTelEndpoint: "collector:4318"}, []string{`endpoint "collector:4318"`}},
 	}
 	for _, tt := range tests {
