@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +24,22 @@ type Config struct {
 	Exchange string
 	// DialTimeout bounds connecting and declaring the exchange. Default 10s.
 	DialTimeout time.Duration
+	// MaxMessageBytes is the largest message body the Publisher sends; a
+	// larger one fails with ErrTooLarge before anything goes on the wire.
+	// Keep it at or below the broker's max_message_size, which RabbitMQ
+	// checks against the body too: over it, the broker closes the channel
+	// (406 PRECONDITION_FAILED, ErrRefused). Default DefaultMaxMessageBytes
+	// (16 MiB, RabbitMQ 4's default); at most 512 MiB, RabbitMQ's hard
+	// limit.
+	MaxMessageBytes int
 }
+
+// DefaultMaxMessageBytes is Config.MaxMessageBytes' default: RabbitMQ 4's
+// default max_message_size (RabbitMQ 3 allowed 128 MiB).
+const DefaultMaxMessageBytes = 16 << 20
+
+// maxMessageBytesLimit is RabbitMQ's hard limit on max_message_size.
+const maxMessageBytesLimit = 512 << 20
 
 // Message is one event on the wire.
 type Message struct {
@@ -47,6 +63,15 @@ var (
 	// before the confirm. Retryable; the message may or may not have been
 	// queued (at-least-once: a retry can duplicate it).
 	ErrUnavailable = errors.New("broker unavailable")
+	// ErrTooLarge: the message body is larger than Config.MaxMessageBytes,
+	// so it was not sent. Not retryable: the same message never fits.
+	ErrTooLarge = errors.New("message too large")
+	// ErrRefused: the broker closed the channel refusing this message with
+	// a channel exception (406 PRECONDITION_FAILED, e.g. a body over its
+	// max_message_size); the *amqp.Error is in the chain. Not retryable:
+	// the broker refuses the same message again. Other messages in flight
+	// on that channel fail with ErrUnavailable, and the connection stays.
+	ErrRefused = errors.New("message refused by broker")
 	// ErrClosed: Close was called.
 	ErrClosed = errors.New("publisher closed")
 )
@@ -61,17 +86,26 @@ type Publisher struct {
 	cur    *session // nil until dialled, and after a failure
 }
 
-// session is one connection with its confirm channel. Returns belong to the
-// session they came back on, so a redial never mixes them up.
+// session is one confirm channel and its connection. A channel exception
+// closes only the channel: the next session opens another channel on the
+// same connection. Returns belong to the session they came back on, so a
+// new channel or a redial never mixes them up.
 type session struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns *Returns
+	// closes receives the channel's close reason (NotifyClose). The client
+	// sends it before it fails the pending confirms, so a confirm lost to
+	// a closed channel finds the reason here.
+	closes chan *amqp.Error
 
 	mu sync.Mutex
 	// routed: routing keys a message was confirmed routed with, and when.
 	// A batch sends messages with such a key without waiting in between.
 	routed map[string]time.Time
+	// closedBy is the reason read off closes, kept for every publish that
+	// was in flight on the channel.
+	closedBy *amqp.Error
 }
 
 // routedFor is how long a confirmed route is trusted without a fresh
@@ -84,6 +118,31 @@ func (s *session) routes(key string) bool {
 	defer s.mu.Unlock()
 	at, ok := s.routed[key]
 	return ok && time.Since(at) < routedFor
+}
+
+// closeReason is why the broker or the connection closed the channel; nil
+// while it is open, or when the client closed it.
+func (s *session) closeReason() *amqp.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closedBy == nil {
+		select {
+		case e, ok := <-s.closes:
+			if ok {
+				s.closedBy = e
+			}
+		default:
+		}
+	}
+	return s.closedBy
+}
+
+// channelOnly says whether only the channel failed: the broker closed it
+// with a channel exception (a soft error such as 406 or 404) and the
+// connection is still up, so other publishers need no redial.
+func (s *session) channelOnly() bool {
+	r := s.closeReason()
+	return r != nil && r.Server && r.Recover && !s.conn.IsClosed()
 }
 
 func (s *session) noteRoute(key string, ok bool) {
@@ -102,6 +161,11 @@ var exchangeName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
 func New(cfg Config) (*Publisher, error) {
 	cfg.Exchange = cmp.Or(cfg.Exchange, "ferry.events")
 	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, 10*time.Second)
+	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
+	if cfg.MaxMessageBytes < 0 || cfg.MaxMessageBytes > maxMessageBytesLimit {
+		return nil, fmt.Errorf("broker: Config.MaxMessageBytes %d: must be between 1 and %d (RabbitMQ's hard limit on max_message_size)",
+			cfg.MaxMessageBytes, maxMessageBytesLimit)
+	}
 	if cfg.URL == "" {
 		return nil, errors.New("broker: Config.URL is empty")
 	}
@@ -135,7 +199,9 @@ func (p *Publisher) Publish(ctx context.Context, msg Message) error {
 // confirms, without waiting in between where that cannot reorder them: n
 // messages cost about one round trip, not n. It returns how many leading
 // messages were confirmed; err says why the next one was not (the same
-// errors as Publish), and nothing after a failed message is sent.
+// errors as Publish), and nothing after a failed message is sent. A
+// message over Config.MaxMessageBytes is never sent: the messages before
+// it are, and err is ErrTooLarge.
 //
 // A message whose routing key has not been confirmed routed lately waits
 // for its own confirm before the next is sent: if it comes back unroutable
@@ -146,8 +212,19 @@ func (p *Publisher) Publish(ctx context.Context, msg Message) error {
 // the next (an internal error, a reject-publish queue that just got room).
 // Consumers see the aggregate version in the headers.
 func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) (int, error) {
+	// Checked before dialling: a message that can never be sent says so
+	// even while the broker is down.
+	var tooLarge error
+	for i, msg := range msgs {
+		if len(msg.Body) > p.cfg.MaxMessageBytes {
+			tooLarge = fmt.Errorf("%w: message %s is %d bytes, over the limit of %d (MaxMessageBytes; keep it at or below RabbitMQ's max_message_size)",
+				ErrTooLarge, msg.ID, len(msg.Body), p.cfg.MaxMessageBytes)
+			msgs = msgs[:i]
+			break
+		}
+	}
 	if len(msgs) == 0 {
-		return 0, nil
+		return 0, tooLarge
 	}
 	sess, err := p.session(ctx)
 	if err != nil {
@@ -167,7 +244,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) (int, erro
 		}
 		return nil
 	}
-	var sendErr error
+	sendErr := tooLarge
 	for _, msg := range msgs {
 		barrier := !sess.routes(msg.RoutingKey)
 		dc, err := sess.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, msg.RoutingKey, true, false, amqp.Publishing{
@@ -180,7 +257,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Message) (int, erro
 			Body:         msg.Body,
 		})
 		if err != nil {
-			p.reset(sess)
+			p.lost(sess)
 			sendErr = fmt.Errorf("%w: publish %s: %v", ErrUnavailable, msg.ID, err)
 			break
 		}
@@ -210,7 +287,7 @@ func (p *Publisher) confirm(ctx context.Context, sess *session, msg Message, dc 
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, ctx.Err())
 		}
-		p.reset(sess)
+		p.lost(sess)
 		return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, err)
 	}
 	// The broker sends basic.return before the ack of the same message, and
@@ -224,14 +301,54 @@ func (p *Publisher) confirm(ctx context.Context, sess *session, msg Message, dc 
 		if sess.ch.IsClosed() {
 			// The client nacks every pending confirm when the channel or its
 			// connection closes: the broker never answered, so the outcome is
-			// unknown, not refused.
-			p.reset(sess)
-			return fmt.Errorf("%w: channel closed before the confirm of %s", ErrUnavailable, msg.ID)
+			// unknown, not refused, unless the close names this message.
+			p.lost(sess)
+			return closedBeforeConfirm(msg, sess.closeReason())
 		}
 		return fmt.Errorf("%w: %s", ErrNacked, msg.ID)
 	}
 	return nil
 }
+
+// refusedSize reads the size RabbitMQ names when it refuses a message over
+// its max_message_size: "PRECONDITION_FAILED - message size 20971520 is
+// larger than configured max size 16777216".
+var refusedSize = regexp.MustCompile(`message size (\d+) is larger than`)
+
+// closedBeforeConfirm is the error of msg, whose confirm was lost because
+// the channel closed for reason (nil: closed by the client, or no reason
+// known).
+//
+// A 406 on a publishing channel is the broker refusing one message; every
+// message in flight on the channel loses its confirm, before and after the
+// refused one. RabbitMQ names the refused message's body size, so a
+// message of another size is a bystander: its outcome is unknown and a
+// retry is right. A 406 that names no size is taken to be about msg.
+// Anything else (320 CONNECTION_FORCED, a lost connection, 404 for a
+// deleted exchange) is an outage of the broker, not of the message.
+func closedBeforeConfirm(msg Message, reason *amqp.Error) error {
+	if reason == nil {
+		return fmt.Errorf("%w: channel closed before the confirm of %s", ErrUnavailable, msg.ID)
+	}
+	why := closeError{reason}
+	if reason.Code != amqp.PreconditionFailed {
+		return fmt.Errorf("%w: channel closed before the confirm of %s: %w", ErrUnavailable, msg.ID, why)
+	}
+	if m := refusedSize.FindStringSubmatch(reason.Reason); m != nil {
+		if size, err := strconv.Atoi(m[1]); err == nil && size != len(msg.Body) {
+			return fmt.Errorf("%w: channel closed before the confirm of %s, the broker refusing another message on it: %w",
+				ErrUnavailable, msg.ID, why)
+		}
+	}
+	return fmt.Errorf("%w: %s (%d bytes): %w", ErrRefused, msg.ID, len(msg.Body), why)
+}
+
+// closeError reads as the broker wrote it, "406 PRECONDITION_FAILED - …",
+// and keeps the *amqp.Error reachable with errors.As.
+type closeError struct{ err *amqp.Error }
+
+func (e closeError) Error() string { return fmt.Sprintf("%d %s", e.err.Code, e.err.Reason) }
+func (e closeError) Unwrap() error { return e.err }
 
 // Close closes the connection. Safe to call more than once.
 func (p *Publisher) Close() error {
@@ -261,6 +378,15 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 	if p.cur != nil && p.cur.usable() {
 		return p.cur, nil
 	}
+	if p.cur != nil && p.cur.channelOnly() {
+		// A channel exception closed the channel, not the connection (a
+		// 406 for one message): open another channel on it, so one bad
+		// message costs the other publishers no redial.
+		if sess, err := p.open(p.cur.conn); err == nil {
+			p.cur = sess
+			return sess, nil
+		}
+	}
 	if p.cur != nil {
 		_ = p.cur.conn.Close()
 		p.cur = nil
@@ -273,13 +399,28 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", ErrUnavailable, Redact(p.cfg.URL), err)
 	}
-	ch, err := conn.Channel()
+	sess, err := p.open(conn)
 	if err != nil {
 		conn.Close()
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: dial %s: %v", ErrUnavailable, Redact(p.cfg.URL), ctx.Err())
+	}
+	p.cur = sess
+	return sess, nil
+}
+
+// open opens a confirm channel on conn and declares the exchange on it. On
+// failure the channel is closed and conn is left to the caller.
+func (p *Publisher) open(conn *amqp.Connection) (*session, error) {
+	ch, err := conn.Channel()
+	if err != nil {
 		return nil, fmt.Errorf("%w: open channel: %v", ErrUnavailable, err)
 	}
 	if err := ch.Confirm(false); err != nil {
-		conn.Close()
+		_ = ch.Close()
 		return nil, fmt.Errorf("%w: enable confirms: %v", ErrUnavailable, err)
 	}
 	sess := &session{
@@ -289,18 +430,26 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 		// returns are drained by every Publish after its confirm, so at most
 		// one per in-flight publish is waiting here.
 		returns: NewReturns(ch.NotifyReturn(make(chan amqp.Return, 4096))),
-		routed:  map[string]time.Time{},
+		// A channel closes once: one slot, so the client never waits on it.
+		closes: ch.NotifyClose(make(chan *amqp.Error, 1)),
+		routed: map[string]time.Time{},
 	}
 	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		conn.Close()
+		_ = ch.Close()
 		return nil, fmt.Errorf("broker: declare exchange %q: %w", p.cfg.Exchange, err)
 	}
-	if ctx.Err() != nil {
-		conn.Close()
-		return nil, fmt.Errorf("%w: dial %s: %v", ErrUnavailable, Redact(p.cfg.URL), ctx.Err())
-	}
-	p.cur = sess
 	return sess, nil
+}
+
+// lost handles a publish on sess that failed with its channel or its
+// connection: a channel closed by a channel exception keeps the connection
+// (session opens another channel on it); anything else drops the
+// connection, so the next Publish redials.
+func (p *Publisher) lost(sess *session) {
+	if sess.channelOnly() {
+		return
+	}
+	p.reset(sess)
 }
 
 // reset drops sess if it is still the current session, so the next Publish

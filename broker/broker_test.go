@@ -230,6 +230,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"unparseable", broker.Config{URL: "amqp://guest:secretpw@127.0.0.1:5672/%zz"}, "Config.URL"},
 		{"exchange with space", broker.Config{URL: "amqp://guest:secretpw@127.0.0.1:5672/", Exchange: "ferry events"}, "Config.Exchange"},
 		{"exchange too long", broker.Config{URL: "amqp://guest:secretpw@127.0.0.1:5672/", Exchange: strings.Repeat("x", 256)}, "Config.Exchange"},
+		{"negative message size", broker.Config{URL: "amqp://guest:secretpw@127.0.0.1:5672/", MaxMessageBytes: -1}, "Config.MaxMessageBytes"},
+		{"message size over RabbitMQ's hard limit", broker.Config{URL: "amqp://guest:secretpw@127.0.0.1:5672/", MaxMessageBytes: 512<<20 + 1}, "Config.MaxMessageBytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
