@@ -127,6 +127,13 @@ const (
 	ErrTypeMismatch     = "EventMismatch"
 	ErrTypeUnroutable   = "Unroutable"
 	ErrTypeBroker       = "BrokerUnavailable"
+	// ErrTypeTooLarge: the payload is over broker.Config.MaxMessageBytes
+	// and was not sent. Non-retryable: the event is quarantined at once.
+	ErrTypeTooLarge = "PayloadTooLarge"
+	// ErrTypeRefused: the broker closed the channel refusing this message
+	// (406 PRECONDITION_FAILED, e.g. over its max_message_size).
+	// Non-retryable: the broker refuses it again.
+	ErrTypeRefused = "MessageRefused"
 )
 
 // rowColumns are what a publish reads of an outbox row, in the order of
@@ -273,10 +280,16 @@ func (a *Activities) message(ctx context.Context, id string, ev row) (broker.Mes
 }
 
 // classifyPublish turns a broker error into the activity's error type.
+// The message is the broker's, so the row's last_error and the log say what
+// the broker said.
 func classifyPublish(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, broker.ErrTooLarge):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeTooLarge, err)
+	case errors.Is(err, broker.ErrRefused):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRefused, err)
 	case errors.Is(err, broker.ErrUnroutable):
 		// Retryable: binding a queue fixes it. When the retries run out the
 		// event is quarantined, never dropped.
