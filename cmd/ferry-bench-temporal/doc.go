@@ -3,5 +3,7 @@
 // attributes — without the UI, on a free port, until SIGTERM. ferry-bench
 // starts it so that the server is a process of its own, measured apart
 // from Ferry; it prints bench.TemporalReady and the frontend's address
-// once the server answers.
+// once the server answers. With bench.TemporalMetricsEnv set it also
+// serves the server's own metrics (Prometheus text, /metrics) there, which
+// the bench reads for the cost of each run.
 package main

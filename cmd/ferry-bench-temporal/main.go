@@ -28,6 +28,7 @@ func run() int {
 		LogFile:          os.Getenv(bench.TemporalLogEnv),
 		LogLevel:         "warn",
 		SearchAttributes: workflows.SearchAttributeTypes,
+		MetricsAddress:   os.Getenv(bench.TemporalMetricsEnv),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ferry-bench-temporal: %v\n", err)

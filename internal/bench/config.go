@@ -15,7 +15,7 @@ import (
 // Config configures a benchmark run. Main fills it from flags.
 type Config struct {
 	// Scale multiplies the event counts of the burst, one-per-agg, hot and
-	// backlog workloads. Default 1 (the sizes of issue 8).
+	// backlog workloads. Default 1.
 	Scale float64
 	// Reps is how often each workload runs per system; figures are medians.
 	// Default 3.
@@ -63,10 +63,11 @@ type Config struct {
 	// RelayBatchSize is the plain relay's claim size. Default 500.
 	RelayBatchSize int
 	// Settle is how long a Ferry run waits after its last event arrived
-	// before it reads the Temporal histories. Default 1s: the last workflow
-	// tasks are in, the idle completion of each aggregate workflow (after
-	// ferry's --idle-timeout, 1m) is not; more than the idle timeout counts
-	// that too.
+	// before it waits for the server to go idle and reads its counts and
+	// the Temporal histories. Default 1s: the last workflow tasks are in,
+	// the idle completion of each aggregate workflow (after ferry's
+	// --idle-timeout, 1m) is not; more than the idle timeout counts that
+	// too.
 	Settle time.Duration
 }
 

@@ -1,4 +1,4 @@
-// Package bench is Ferry's benchmark (issue 8): it measures Ferry as
+// Package bench is Ferry's benchmark: it measures Ferry as
 // shipped — the ferry binary's `run` command, a separate process, on the
 // embedded Temporal server in a process of its own — side by side with a
 // plain relay (Relay: SKIP LOCKED claim → publish with pipelined confirms →
@@ -12,7 +12,10 @@
 // throughput is events / (first commit → last receipt). CPU and peak memory
 // come from /proc of the relay process and the Temporal server; Temporal
 // history events and workflow tasks per event from the server's histories
-// of the run's aggregate workflows.
+// of the run's aggregate workflows; state transitions, billed actions,
+// visibility writes, runs started and persistence latency from the
+// server's own metrics, scraped before a run and once the server went idle
+// after it. Every measured run starts on an idle server.
 //
 // The package owns the workloads, the measurement and the report (table,
 // JSON, PNG). It does not link the Temporal server, so the plain relay,

@@ -25,8 +25,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `ferry-bench measures Ferry (the ferry binary, as shipped, with its embedded
-Temporal server) against a plain relay in the same run, and checks issue 8's
-targets. It needs PostgreSQL and RabbitMQ; it starts everything else.
+Temporal server) against a plain relay in the same run, reads the server's own
+counts of its work (state transitions, billed actions, visibility writes),
+and checks its targets. It needs PostgreSQL
+and RabbitMQ; it starts everything else.
 
 Workloads: %s
 Results: a table on stdout, <out>/results.json, <out>/latency.png; logs in <out>/logs.
@@ -52,7 +54,7 @@ Flags:
 	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", 0, "give up on a run when nothing arrives for this long; the rest counts as lost (default 2m)")
 	fs.IntVar(&cfg.HistorySample, "history-sample", 300, "aggregates whose workflow histories are read per Ferry run; more are estimated from a uniform sample")
 	fs.IntVar(&cfg.RelayBatchSize, "relay-batch", 500, "the plain relay's claim size")
-	fs.DurationVar(&cfg.Settle, "settle", 0, "wait after a Ferry run's last event before reading histories (default 1s; over ferry's idle timeout, 1m, counts the workflows' completion too)")
+	fs.DurationVar(&cfg.Settle, "settle", 0, "wait after a Ferry run's last event before waiting for Temporal to go idle and reading its counts and histories (default 1s; over ferry's idle timeout, 1m, counts the workflows' completion too)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

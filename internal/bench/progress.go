@@ -18,7 +18,7 @@ type progress struct {
 	start  time.Time
 	steps  int
 	cur    int
-	live   bool // a counter line is open (terminal only)
+	open   bool // a live line is open (terminal only)
 	lastAt time.Time
 }
 
@@ -33,9 +33,9 @@ func newProgress(w io.Writer) *progress {
 }
 
 func (p *progress) endLive() {
-	if p.live {
+	if p.open {
 		fmt.Fprintln(p.w)
-		p.live = false
+		p.open = false
 	}
 }
 
@@ -60,6 +60,20 @@ func (p *progress) step(format string, args ...any) {
 
 // update shows how far the current run is.
 func (p *progress) update(got, committed, planned int, producing bool, elapsed time.Duration) {
+	state := "all committed"
+	if producing {
+		state = fmt.Sprintf("committing, %s of ~%s so far", count(committed), count(planned))
+	}
+	rate := 0.0
+	if s := elapsed.Seconds(); s > 0 {
+		rate = float64(got) / s
+	}
+	p.live(fmt.Sprintf("received %s / %s (%s/s over %s; %s)", count(got), count(committed), count(int(rate)), clock(elapsed.Round(time.Second)), state))
+}
+
+// live shows a line of a step's progress: rewritten in place on a
+// terminal (at most 4 times a second), printed every 10 s otherwise.
+func (p *progress) live(line string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.tty && time.Since(p.lastAt) < 10*time.Second {
@@ -69,18 +83,10 @@ func (p *progress) update(got, committed, planned int, producing bool, elapsed t
 		return
 	}
 	p.lastAt = time.Now()
-	state := "all committed"
-	if producing {
-		state = fmt.Sprintf("committing, %s of ~%s so far", count(committed), count(planned))
-	}
-	rate := 0.0
-	if s := elapsed.Seconds(); s > 0 {
-		rate = float64(got) / s
-	}
-	line := fmt.Sprintf("        received %s / %s (%s/s over %s; %s)", count(got), count(committed), count(int(rate)), clock(elapsed.Round(time.Second)), state)
+	line = "        " + line
 	if p.tty {
 		fmt.Fprintf(p.w, "\r%-110s", line)
-		p.live = true
+		p.open = true
 		return
 	}
 	fmt.Fprintln(p.w, line)

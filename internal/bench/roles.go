@@ -23,6 +23,9 @@ const (
 	TemporalDBEnv = "FERRY_BENCH_TEMPORAL_DB"
 	// TemporalLogEnv is the server's log file.
 	TemporalLogEnv = "FERRY_BENCH_TEMPORAL_LOG"
+	// TemporalMetricsEnv is the host:port where the server serves its own
+	// metrics (Prometheus text format, path /metrics); empty serves none.
+	TemporalMetricsEnv = "FERRY_BENCH_TEMPORAL_METRICS"
 	// TemporalReady starts the line the server prints when its
 	// frontend answers; the frontend's host:port follows.
 	TemporalReady = "ferry-bench temporal: ready on "

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -41,7 +42,9 @@ type runner struct {
 
 	temporal     *child
 	temporalAddr string
-	tc           client.Client
+	// temporalMetrics is the URL of the server's own /metrics.
+	temporalMetrics string
+	tc              client.Client
 
 	seq int
 }
@@ -174,25 +177,41 @@ func (r *runner) setup(ctx context.Context) error {
 
 // startTemporal starts the embedded Temporal server in a process of its own
 // (cmd/ferry-bench-temporal) with a fresh SQLite file, as `ferry dev` keeps
-// it. A start can fail when another process takes one of the ports
-// the server picked: it is tried three times.
+// it, serving its own metrics on a free port. A start can fail when
+// another process takes one of the ports the server picked: it is tried
+// three times.
 func (r *runner) startTemporal(ctx context.Context) error {
-	db := filepath.Join(r.cfg.OutDir, "temporal.db")
+	// A folder of its own, emptied at every start: the server keeps more
+	// than one file there (WAL, a visibility database of its own).
+	dir := filepath.Join(r.cfg.OutDir, "temporal")
+	db := filepath.Join(dir, "temporal.db")
 	for try := 1; ; try++ {
-		for _, f := range []string{db, db + "-wal", db + "-shm"} {
-			_ = os.Remove(f)
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("empty %s: %w", dir, err)
 		}
-		r.progress.say("Temporal: starting the embedded server (devserver, SQLite %s) in its own process…", db)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+		metricsAddr, err := freeAddress()
+		if err != nil {
+			return err
+		}
+		r.progress.say("Temporal: starting the embedded server (devserver, SQLite %s, metrics on %s) in its own process…", db, metricsAddr)
 		c, err := startChild("Temporal server", r.cfg.TemporalBin, nil,
-			[]string{TemporalDBEnv + "=" + db, TemporalLogEnv + "=" + filepath.Join(r.cfg.OutDir, "logs", "temporal-server.log")},
+			[]string{TemporalDBEnv + "=" + db, TemporalLogEnv + "=" + filepath.Join(r.cfg.OutDir, "logs", "temporal-server.log"),
+				TemporalMetricsEnv + "=" + metricsAddr},
 			filepath.Join(r.cfg.OutDir, "logs", "temporal.log"), TemporalReady)
 		if err != nil {
 			return err
 		}
 		line, err := c.waitReady(ctx, 3*time.Minute)
 		if err == nil {
+			err = checkMetrics(ctx, metricsURL(metricsAddr))
+		}
+		if err == nil {
 			r.temporal = c
 			r.temporalAddr = strings.TrimSpace(line[strings.Index(line, TemporalReady)+len(TemporalReady):])
+			r.temporalMetrics = metricsURL(metricsAddr)
 			break
 		}
 		_ = c.stop(5 * time.Second)
@@ -208,6 +227,33 @@ func (r *runner) startTemporal(ctx context.Context) error {
 	}
 	r.tc = tc
 	r.progress.say("Temporal: ready on %s (pid %d)", r.temporalAddr, r.temporal.pid())
+	return nil
+}
+
+// freeAddress is a loopback host:port that nothing listened on a moment
+// ago, for the server's metrics. Another process may take it before the
+// server binds it; startTemporal then tries again.
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port for Temporal's metrics: %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", fmt.Errorf("find a free port for Temporal's metrics: %w", err)
+	}
+	return addr, nil
+}
+
+// checkMetrics makes sure the server serves the metrics the bench reads.
+func checkMetrics(ctx context.Context, url string) error {
+	m, err := scrapeServer(ctx, url)
+	if err != nil {
+		return err
+	}
+	if m.family(metricPersistenceRequests) == nil {
+		return fmt.Errorf("the Temporal server's metrics at %s have no %s: is cmd/ferry-bench-temporal built from this tree?", url, metricPersistenceRequests)
+	}
 	return nil
 }
 
@@ -372,6 +418,13 @@ func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (R
 		}
 		r.progress.say("committed %s events in %s; starting %s", count(commits.events()), round(commits.last.Sub(commits.first)), system)
 	}
+	if err := r.waitIdle(ctx); err != nil {
+		return res, err
+	}
+	var before *metricsReading
+	if system == SystemFerry && r.temporal != nil {
+		before = r.scrapeCost(ctx)
+	}
 	sys, err := r.startSystem(ctx, system, seq)
 	if err != nil {
 		return res, err
@@ -527,9 +580,13 @@ func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (R
 	}
 
 	if system == SystemFerry && r.tc != nil {
-		r.progress.say("reading Temporal histories of this run's aggregate workflows…")
 		// The last workflow tasks complete just after the last publish.
 		sleepCtx(ctx, r.cfg.Settle)
+		if err := r.waitIdle(ctx); err != nil {
+			return res, err
+		}
+		res.Server = r.costSince(ctx, before)
+		r.progress.say("reading Temporal histories of this run's aggregate workflows…")
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		h, err := countHistory(hctx, r.tc, aggType, s.aggregateIDs(res.Events), r.cfg.HistorySample)
 		cancel()
