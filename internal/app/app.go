@@ -160,7 +160,8 @@ func NewPublisher(lc fx.Lifecycle, cfg Config) (*broker.Publisher, error) {
 // OpenPublisher creates the RabbitMQ publisher and checks that the broker
 // answers, with an error that says what to do when it does not.
 func OpenPublisher(ctx context.Context, cfg Config) (*broker.Publisher, error) {
-	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout})
+	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
+		MaxMessageBytes: cfg.MaxMessageBytes})
 	if err != nil {
 		return nil, err
 	}

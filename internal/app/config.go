@@ -31,6 +31,11 @@ type Config struct {
 	TaskQueue string
 	// Exchange events are published to; default "ferry.events".
 	Exchange string
+	// MaxMessageBytes is the largest payload published; a larger event is
+	// quarantined (PayloadTooLarge) without being sent. Keep it at or below
+	// RabbitMQ's max_message_size. Default 0: broker.DefaultMaxMessageBytes
+	// (16 MiB, RabbitMQ 4's default).
+	MaxMessageBytes int
 	// RoutingKey template; default "{aggregate_type}.{event_type}".
 	RoutingKey string
 	// BatchSize of one claim; default 200.
@@ -192,9 +197,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if _, err := c.Redactor(); err != nil {
 		return c, err
 	}
-	// The broker's checks of the URL's scheme and the exchange name, without
-	// dialling.
-	if _, err := broker.New(broker.Config{URL: c.AMQPURL, Exchange: c.Exchange}); err != nil {
+	// The broker's checks of the URL's scheme, the exchange name and the
+	// message size limit, without dialling.
+	if _, err := broker.New(broker.Config{URL: c.AMQPURL, Exchange: c.Exchange, MaxMessageBytes: c.MaxMessageBytes}); err != nil {
 		return c, err
 	}
 	// The poller's own checks, before anything is dialled.

@@ -79,6 +79,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.StringVar(&g.cfg.TaskQueue, "task-queue", env("FERRY_TASK_QUEUE", "ferry"), "Temporal task queue of the aggregate workflows (FERRY_TASK_QUEUE)")
 	f.StringVar(&g.cfg.Exchange, "exchange", env("FERRY_EXCHANGE", "ferry.events"), "RabbitMQ topic exchange (FERRY_EXCHANGE)")
 	f.StringVar(&g.cfg.RoutingKey, "routing-key", env("FERRY_ROUTING_KEY", activities.DefaultRoutingKeyTemplate), "routing key template: {aggregate_type}, {event_type} and plain text (FERRY_ROUTING_KEY)")
+	f.IntVar(&g.cfg.MaxMessageBytes, "max-message-size", envInt("FERRY_MAX_MESSAGE_SIZE", 0), "largest payload in bytes published; a larger event is quarantined unsent; keep it at or below RabbitMQ's max_message_size; 0: 16 MiB (FERRY_MAX_MESSAGE_SIZE)")
 	f.IntVar(&g.cfg.BatchSize, "batch-size", envInt("FERRY_BATCH_SIZE", 200), "oldest rows per claim; a claim adds up to 4x as many later rows of the same aggregates (FERRY_BATCH_SIZE)")
 	f.IntVar(&g.cfg.PublishBatchSize, "publish-batch-size", envInt("FERRY_PUBLISH_BATCH_SIZE", 0), "events per fast-path publish of an aggregate workflow; 0: 100, -1: one activity per event (FERRY_PUBLISH_BATCH_SIZE)")
 	f.IntVar(&g.cfg.WorkflowTaskPollers, "workflow-task-pollers", envInt("FERRY_WORKFLOW_TASK_POLLERS", 0), "worker's concurrent polls for workflow tasks; 0: 8 (FERRY_WORKFLOW_TASK_POLLERS)")
