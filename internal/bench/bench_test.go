@@ -182,6 +182,10 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	require.Equal(t, 16, c.Clients)
 	require.Equal(t, 3, c.Reps)
 	require.Equal(t, []string{SystemFerry, SystemPlain}, c.Systems)
+	c, err = Config{Workloads: []string{WorkloadCeiling, WorkloadOnePerAgg}}.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, []string{WorkloadOnePerAgg, WorkloadCeiling}, c.Workloads, "the ceiling runs next to the workload it is compared with")
+	require.Equal(t, 1_000, ceilingWorkflows(0.1), "as many runs as one-per-agg starts")
 
 	for _, tt := range []struct {
 		cfg   Config
@@ -214,7 +218,7 @@ func TestShapes(t *testing.T) {
 	require.Equal(t, "999", count(999))
 }
 
-// sampleResults is a small, made-up run of every delivery workload.
+// sampleResults is a small, made-up run of every workload.
 func sampleResults() *Results {
 	cfg, _ := Config{Reps: 1, PostgresURL: "postgres://bench:s3cret@db/x", AMQPURL: "amqp://guest:hunter2@mq/"}.WithDefaults()
 	res := &Results{Config: cfg, Duration: 90 * time.Second, Machine: Machine{CPUs: 2, CPUModel: "test CPU", LoadAtStart: "1.00 1.00 1.00"}}
@@ -249,6 +253,13 @@ func sampleResults() *Results {
 	}
 	res.Commit = &CommitSummary{Clients: 16, Seconds: 10, BusinessOnly: 2000, WithOutbox: 800, WithOutboxNoNotify: 1800,
 		OutboxCost: 0.6, OutboxCostNoNotify: 0.1, WithPlainRow: 1700, PlainRowCost: 0.15}
+	ceiling := func(variant string, rate, eager float64) CeilingRun {
+		return CeilingRun{Variant: variant, Rep: 1, Workflows: 1000, Completed: 1000, ElapsedSeconds: 1000 / rate, Rate: rate,
+			Temporal: ProcFigures{CPUPer1k: 1.5, PeakMiB: 280},
+			Server: &ServerCost{StateTransitions: 3000, Actions: 1000, VisibilityWrites: 1000, RunsStarted: 1000, RunsCompleted: 1000,
+				EagerStarts: eager, PersistenceMean: ms(1), PersistenceP99: ms(20)}}
+	}
+	res.CeilingRuns = []CeilingRun{ceiling(ceilingSWS, 300, 0), ceiling(ceilingEager, 500, 1000)}
 	res.summarize()
 	return res
 }
@@ -267,6 +278,7 @@ func TestTargetsAreComputedFromTheFigures(t *testing.T) {
 		"MISS steady-100: p99 300ms (after the first 10s: p99 150ms)",
 		"MISS one-per-agg: 6.00 state transitions, 3.00 billed actions",
 		"PASS burst: 0.15",
+		"MISS one-per-agg: 40% (200 events/s vs 500 workflows/s by eager start; signal-with-start 300/s)",
 		"MISS commit: 60% (2,000 → 800 commits/s; 10% with NOTIFY off); a plain second row costs 15%",
 		"PASS backlog: ferry ×1.17 (peak 40 MiB), Temporal ×1.03 (peak 300 MiB)",
 	}, got)
@@ -278,6 +290,7 @@ func TestTargetsAreComputedFromTheFigures(t *testing.T) {
 	require.InDelta(t, 0.4, ws.Ferry.WorkflowTasksPerEvent, 1e-9)
 	require.Equal(t, &CostPerUnit{StateTransitions: 0.15, Actions: 0.3, VisibilityWrites: 0.3, RunsStarted: 0.1}, ws.Ferry.ServerPerEvent)
 	require.Nil(t, ws.Plain.ServerPerEvent, "the plain relay has no Temporal")
+	require.InDelta(t, 0.4, res.Ceiling.FerryFraction, 1e-9, "over the faster start")
 
 	// Half the data: targets without their workload are not run, not passed.
 	partial := &Results{Config: res.Config, Runs: res.Runs[:2]}
@@ -287,7 +300,8 @@ func TestTargetsAreComputedFromTheFigures(t *testing.T) {
 	for _, tg := range partial.Targets {
 		statuses[tg.Status]++
 	}
-	require.Equal(t, map[string]int{Pass: 2, NotRun: 6}, statuses)
+	require.Equal(t, map[string]int{Pass: 2, NotRun: 7}, statuses)
+	require.Nil(t, partial.Ceiling)
 }
 
 func TestLostEventsAreProblems(t *testing.T) {
@@ -316,6 +330,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 		"got p99 300ms (after the first 10s: p99 150ms)",
 		"+ a plain second row (reference: any insert)", "1,700", "a plain second row costs 15%",
 		"Temporal's own count of its work per event", "6.00", "billed actions:", "The same in all", "6,000",
+		"Engine ceiling: 1,000 trivial workflows", "signal-with-start", "eager start", "100%", "= 67% of the signal-with-start ceiling, 40% of the eager start ceiling",
 	} {
 		require.Contains(t, text, want)
 	}
@@ -345,7 +360,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 	require.Equal(t, ms(900).Nanoseconds(), back.Workloads[0].Ferry.Latency.P99)
 	require.InDelta(t, 1.8, back.Workloads[0].Ferry.History, 1e-9)
 	require.InDelta(t, 0.6, back.Workloads[0].Ratio, 1e-9)
-	require.Len(t, back.Targets, 8)
+	require.Len(t, back.Targets, 9)
 }
 
 func TestCDFPoints(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // Config configures a benchmark run. Main fills it from flags.
 type Config struct {
 	// Scale multiplies the event counts of the burst, one-per-agg, hot and
-	// backlog workloads. Default 1.
+	// backlog workloads and the ceiling's workflows. Default 1.
 	Scale float64
 	// Reps is how often each workload runs per system; figures are medians.
 	// Default 3.
@@ -76,6 +76,7 @@ const (
 	WorkloadCommit    = "commit"
 	WorkloadBurst     = "burst"
 	WorkloadOnePerAgg = "one-per-agg"
+	WorkloadCeiling   = "ceiling"
 	WorkloadHot       = "hot"
 	WorkloadSteady100 = "steady-100"
 	WorkloadSteady500 = "steady-500"
@@ -83,7 +84,9 @@ const (
 )
 
 // WorkloadNames lists every workload in run order.
-var WorkloadNames = []string{WorkloadCommit, WorkloadBurst, WorkloadOnePerAgg, WorkloadHot, WorkloadSteady100, WorkloadSteady500, WorkloadBacklog}
+// The ceiling runs next to one-per-agg, which it is compared with, on a
+// Temporal database of about the same size.
+var WorkloadNames = []string{WorkloadCommit, WorkloadBurst, WorkloadOnePerAgg, WorkloadCeiling, WorkloadHot, WorkloadSteady100, WorkloadSteady500, WorkloadBacklog}
 
 // Systems under test.
 const (

@@ -15,7 +15,9 @@
 // of the run's aggregate workflows; state transitions, billed actions,
 // visibility writes, runs started and persistence latency from the
 // server's own metrics, scraped before a run and once the server went idle
-// after it. Every measured run starts on an idle server.
+// after it. Every measured run starts on an idle server. The ceiling
+// workload measures the engine alone: trivial workflows started one per ID
+// and completed at once, by a worker in the bench process.
 //
 // The package owns the workloads, the measurement and the report (table,
 // JSON, PNG). It does not link the Temporal server, so the plain relay,

@@ -27,7 +27,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, `ferry-bench measures Ferry (the ferry binary, as shipped, with its embedded
 Temporal server) against a plain relay in the same run, reads the server's own
 counts of its work (state transitions, billed actions, visibility writes),
-and checks its targets. It needs PostgreSQL
+measures the engine's own ceiling, and checks its targets. It needs PostgreSQL
 and RabbitMQ; it starts everything else.
 
 Workloads: %s
@@ -37,7 +37,7 @@ Flags:
 `, strings.Join(WorkloadNames, ", "))
 		fs.PrintDefaults()
 	}
-	fs.Float64Var(&cfg.Scale, "scale", 1, "multiply the event counts of burst, one-per-agg, hot and backlog (0.1 for a quick run)")
+	fs.Float64Var(&cfg.Scale, "scale", 1, "multiply the event counts of burst, one-per-agg, hot and backlog, and the ceiling's workflows (0.1 for a quick run)")
 	fs.IntVar(&cfg.Reps, "reps", 3, "runs per workload and system; the table shows medians")
 	fs.StringVar(&workloads, "workloads", strings.Join(WorkloadNames, ","), "comma-separated workloads to run")
 	fs.StringVar(&systems, "systems", "ferry,plain", "comma-separated systems: ferry, plain")

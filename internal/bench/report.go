@@ -22,11 +22,14 @@ type Results struct {
 	// Commit is the producer's commit rate, when the commit workload ran.
 	Commit    *CommitSummary    `json:"commit,omitempty"`
 	Workloads []WorkloadSummary `json:"workloads"`
-	Targets   []Target          `json:"targets"`
+	// Ceiling is the engine's own rate, when the ceiling workload ran.
+	Ceiling *CeilingSummary `json:"ceiling,omitempty"`
+	Targets []Target        `json:"targets"`
 	// Problems are lost or disordered events and relays that died: any
 	// makes the benchmark fail.
-	Problems []string    `json:"problems"`
-	Runs     []RunResult `json:"runs"`
+	Problems    []string     `json:"problems"`
+	Runs        []RunResult  `json:"runs"`
+	CeilingRuns []CeilingRun `json:"ceiling_runs,omitempty"`
 }
 
 // Machine describes where the benchmark ran.
@@ -181,7 +184,7 @@ const memoryGrowthLimit = 1.5
 func (res *Results) summarize() {
 	res.Workloads = nil
 	for _, w := range res.Config.Workloads {
-		if w == WorkloadCommit {
+		if w == WorkloadCommit || w == WorkloadCeiling {
 			continue
 		}
 		ws := WorkloadSummary{Name: w, What: shapeOf(w, res.Config.Scale).what}
@@ -212,7 +215,13 @@ func (res *Results) summarize() {
 		}
 		res.Workloads = append(res.Workloads, ws)
 	}
+	res.Ceiling = res.summarizeCeiling()
 	res.Problems = nil
+	for _, c := range res.CeilingRuns {
+		if c.Problem != "" {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s · %s · rep %d: %s", WorkloadCeiling, c.Variant, c.Rep, c.Problem))
+		}
+	}
 	for _, r := range res.Runs {
 		name := fmt.Sprintf("%s · %s · rep %d", r.Workload, r.System, r.Rep)
 		v := r.Verdict
@@ -414,7 +423,8 @@ func (res *Results) targets() []Target {
 			}),
 		res.costTarget(WorkloadBurst, "≤ 0.2 state transitions per event",
 			func(p *CostPerUnit) bool { return p.StateTransitions <= 0.2 },
-			func(p *CostPerUnit) string { return fmt.Sprintf("%.2f", p.StateTransitions) }))
+			func(p *CostPerUnit) string { return fmt.Sprintf("%.2f", p.StateTransitions) }),
+		res.ceilingTarget(0.8))
 
 	t = Target{Goal: "commit: the outbox insert costs ≤ 15% of the producer's commit rate (NOTIFY on, as shipped)", Status: NotRun, Got: "needs the commit workload"}
 	if c := res.Commit; c != nil {
@@ -505,6 +515,7 @@ func (res *Results) WriteTable(w io.Writer) {
 			"  is not in them. -settle 70s includes it.\n", res.Config.Settle)
 		res.writeServerCost(w)
 	}
+	res.writeCeiling(w)
 
 	if c := res.Commit; c != nil {
 		fmt.Fprintf(w, "\nProducer commit rate, %d clients, %gs per variant:\n", c.Clients, c.Seconds)

@@ -69,6 +69,9 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 	if r.hasWorkload(WorkloadCommit) {
 		steps += len(commitVariants) * r.cfg.Reps
 	}
+	if r.hasWorkload(WorkloadCeiling) {
+		steps += len(ceilingVariants) * r.cfg.Reps
+	}
 	r.progress.steps = steps
 
 	if r.hasWorkload(WorkloadCommit) {
@@ -79,7 +82,20 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 		res.Commit = c
 	}
 	for rep := 1; rep <= r.cfg.Reps; rep++ {
-		for _, w := range deliveries {
+		for _, w := range r.cfg.Workloads {
+			if w == WorkloadCeiling {
+				for _, v := range ceilingVariants {
+					c, err := r.ceilingOnce(ctx, v, rep)
+					if err != nil {
+						return nil, err
+					}
+					res.CeilingRuns = append(res.CeilingRuns, c)
+				}
+				continue
+			}
+			if !slices.Contains(deliveries, w) {
+				continue
+			}
 			// Alternate which system goes first, so slow drift of the
 			// machine (other work, a growing Temporal database) does not
 			// always favour the same one.
@@ -109,14 +125,16 @@ func (r *runner) hasWorkload(w string) bool { return slices.Contains(r.cfg.Workl
 func (r *runner) deliveries() []string {
 	var out []string
 	for _, w := range r.cfg.Workloads {
-		if w != WorkloadCommit {
+		if w != WorkloadCommit && w != WorkloadCeiling {
 			out = append(out, w)
 		}
 	}
 	return out
 }
 
-func (r *runner) needTemporal() bool { return r.has(SystemFerry) && len(r.deliveries()) > 0 }
+func (r *runner) needTemporal() bool {
+	return (r.has(SystemFerry) && len(r.deliveries()) > 0) || r.hasWorkload(WorkloadCeiling)
+}
 
 // setup checks the binary, makes the bench schema with `ferry migrate`,
 // and starts the consumer.
