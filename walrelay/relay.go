@@ -1,0 +1,385 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ferry-outbox/ferry/internal/startstop"
+	"github.com/ferry-outbox/ferry/poller"
+)
+
+// dispatchTimeout bounds one dispatch attempt of a batch. The stream is not
+// read meanwhile, so it stays well below wal_sender_timeout (60s by
+// default), after which PostgreSQL drops a silent replication connection.
+const dispatchTimeout = 20 * time.Second
+
+// Relay streams outbox inserts from a replication slot to Temporal.
+type Relay struct {
+	cfg    Config
+	log    *slog.Logger
+	run    startstop.Runner
+	poke   chan struct{} // asks for a catch-up pass now
+	schema string        // the outbox's schema, read at Start
+
+	mu       sync.Mutex
+	takeover time.Duration // how long the last standby wait took
+	streamed int64         // events handed to Temporal from the stream
+}
+
+// New validates cfg and fills its defaults.
+func New(cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Pool == nil {
+		return nil, errors.New("walrelay: Config.Pool is nil")
+	}
+	if cfg.Poller == nil {
+		return nil, errors.New("walrelay: Config.Poller is nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{cfg: cfg, poke: make(chan struct{}, 1),
+		log: cfg.Logger.With("component", "walrelay", "slot", cfg.Slot)}, nil
+}
+
+// Start checks that PostgreSQL can serve log tailing (wal_level, the
+// role's REPLICATION attribute, slots left, the publication's table),
+// creates the publication and the slot when missing, and starts the stream
+// and the catch-up pass. A misconfiguration is its error; it does not wait
+// for the slot (a standby starts as any other relay). Creating the slot
+// waits for the transactions open at that moment to end.
+func (r *Relay) Start(ctx context.Context) error {
+	created, err := prepare(ctx, r.cfg.Pool, r.cfg.Slot, r.cfg.Publication)
+	if err != nil {
+		return fmt.Errorf("walrelay: %w", err)
+	}
+	if err := r.cfg.Pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&r.schema); err != nil {
+		return fmt.Errorf("walrelay: read the current schema: %w", err)
+	}
+	if created {
+		r.log.Info("created the replication slot; rows committed before it are delivered by the catch-up pass",
+			"publication", r.cfg.Publication)
+	}
+	err = r.run.Start(ctx, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Go(func() { r.catchUpLoop(ctx) })
+		wg.Go(func() { r.streamLoop(ctx) })
+		wg.Wait()
+	})
+	if err != nil {
+		return fmt.Errorf("walrelay: %w", err)
+	}
+	return nil
+}
+
+// Stop ends the stream and the catch-up pass and waits for the batch in
+// hand (its position is confirmed only if Temporal accepted all of it).
+// Safe to call more than once.
+func (r *Relay) Stop() { r.run.Stop() }
+
+// Streamed is how many events the stream handed to Temporal so far.
+func (r *Relay) Streamed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.streamed
+}
+
+// LastTakeover is how long this relay waited as a standby before it got
+// the slot, the last time it had to (zero: it never waited).
+func (r *Relay) LastTakeover() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.takeover
+}
+
+func (r *Relay) catchUpLoop(ctx context.Context) {
+	ticker := time.NewTicker(r.cfg.CatchUpInterval)
+	defer ticker.Stop()
+	for {
+		n, err := r.cfg.Poller.Drain(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil:
+			r.log.Warn("catch-up pass failed; its rows stay pending for the next one", "claimed", n, "error", err)
+		case n > 0:
+			r.log.Info("catch-up pass claimed rows the stream had not delivered (pending before the slot, or missed while it was gone; some may be in flight in the stream, and the workflow drops the repeats)", "claimed", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-r.poke:
+		}
+	}
+}
+
+func (r *Relay) catchUpNow() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Relay) streamLoop(ctx context.Context) {
+	failures := 0
+	var standbySince time.Time
+	for ctx.Err() == nil {
+		err := r.stream(ctx, func() {
+			failures = 0
+			if !standbySince.IsZero() {
+				waited := time.Since(standbySince)
+				r.mu.Lock()
+				r.takeover = waited
+				r.mu.Unlock()
+				r.log.Info("took over the replication slot", "waited_as_standby", waited.Round(time.Millisecond))
+				standbySince = time.Time{}
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		wait := time.Duration(0)
+		var inUse *SlotInUseError
+		switch {
+		case errors.As(err, &inUse):
+			if standbySince.IsZero() {
+				standbySince = time.Now()
+				r.log.Info("the replication slot is in use by another process; waiting as a standby until it is free",
+					"active_pid", inUse.PID, "retry_every", r.cfg.StandbyRetry)
+			}
+			wait = r.cfg.StandbyRetry
+		case errors.Is(err, ErrSlotMissing):
+			r.log.Error("the replication slot was dropped behind Ferry's back: rows committed while it was gone are not in any stream; recreating it, and the catch-up pass delivers them",
+				"error", err)
+			if _, cerr := ensureSlot(ctx, r.cfg.Pool, r.cfg.Slot); cerr != nil {
+				failures++
+				wait = backoff(failures, r.cfg.MaxBackoff)
+				r.log.Error("could not recreate the replication slot", "error", cerr, "retry_in", wait)
+			} else {
+				r.catchUpNow()
+			}
+		default:
+			failures++
+			wait = backoff(failures, r.cfg.MaxBackoff)
+			r.log.Warn("replication stream lost; reconnecting, and the stream resumes after the last confirmed transaction",
+				"error", err, "retry_in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// stream runs one replication connection until it fails or ctx ends.
+func (r *Relay) stream(ctx context.Context, connected func()) error {
+	pcfg := r.cfg.Pool.Config().ConnConfig.Config.Copy()
+	pcfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("open replication connection: %w", translateConnect(pcfg.User, err))
+	}
+	defer func() {
+		// Detached: ctx may be cancelled, and the close needs a moment.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	err = pglogrepl.StartReplication(ctx, conn, pgx.Identifier{r.cfg.Slot}.Sanitize(), 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		// Version 1: every transaction whole, at its commit, in commit order.
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + pgx.Identifier{r.cfg.Publication}.Sanitize() + "'"},
+	})
+	if err != nil {
+		return translateStart(r.cfg.Slot, err)
+	}
+	connected()
+	s := &session{r: r, conn: conn, dec: newDecoder(r.schema)}
+	return s.run(ctx)
+}
+
+// session is one replication connection's state.
+type session struct {
+	r    *Relay
+	conn *pgconn.PgConn
+	dec  *decoder
+
+	pending   []*txn        // committed, not yet dispatched
+	events    int           // in pending
+	flushBy   time.Time     // when pending must be dispatched
+	confirmed pglogrepl.LSN // what this session confirms; 0: nothing yet
+}
+
+func (s *session) run(ctx context.Context) error {
+	cfg := s.r.cfg
+	nextStatus := time.Now().Add(cfg.StatusInterval)
+	for {
+		if len(s.pending) > 0 && (s.events >= cfg.BatchEvents || !time.Now().Before(s.flushBy)) {
+			if err := s.flush(ctx); err != nil {
+				return err
+			}
+			nextStatus = time.Now().Add(cfg.StatusInterval)
+			continue
+		}
+		deadline := nextStatus
+		if len(s.pending) > 0 && s.flushBy.Before(deadline) {
+			deadline = s.flushBy
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				if !time.Now().Before(nextStatus) {
+					if err := s.sendStatus(ctx); err != nil {
+						return err
+					}
+					nextStatus = time.Now().Add(cfg.StatusInterval)
+				}
+				continue
+			}
+			return fmt.Errorf("receive from the replication stream: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("%w: %w", errProtocol, err)
+				}
+				// Everything committed before ServerWALEnd was sent before
+				// this keepalive: with nothing in hand, it is all handled,
+				// and confirming it lets a quiet outbox release WAL.
+				if len(s.pending) == 0 && !s.dec.inTransaction() && ka.ServerWALEnd > s.confirmed {
+					s.confirmed = ka.ServerWALEnd
+				}
+				if ka.ReplyRequested {
+					if err := s.sendStatus(ctx); err != nil {
+						return err
+					}
+					nextStatus = time.Now().Add(cfg.StatusInterval)
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("%w: %w", errProtocol, err)
+				}
+				lm, err := pglogrepl.Parse(xld.WALData)
+				if err != nil {
+					return fmt.Errorf("%w: %w", errProtocol, err)
+				}
+				t, err := s.dec.feed(lm)
+				if err != nil {
+					return err
+				}
+				if t != nil {
+					if len(s.pending) == 0 {
+						s.flushBy = time.Now().Add(cfg.BatchWait)
+					}
+					s.pending = append(s.pending, t)
+					s.events += len(t.events)
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return translateStart(cfg.Slot, pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("PostgreSQL ended the replication stream")
+		}
+	}
+}
+
+// flush hands the pending transactions' events to Temporal, retrying the
+// aggregates it refused (with backoff, keeping the connection alive) until
+// it accepted all of them, marks them dispatched, and only then confirms
+// the last transaction's end. A stop in between confirms nothing: the
+// stream replays those transactions to the next relay.
+func (s *session) flush(ctx context.Context) error {
+	cfg := s.r.cfg
+	var events []poller.Event
+	for _, t := range s.pending {
+		events = append(events, t.events...)
+	}
+	end := s.pending[len(s.pending)-1].end
+	total := len(events)
+	for failures := 0; len(events) > 0; {
+		dctx, cancel := context.WithTimeout(ctx, dispatchTimeout)
+		accepted, failed := cfg.Poller.Dispatch(dctx, events)
+		cancel()
+		if len(accepted) > 0 {
+			// Detached: the workflows have these events; a stop must not
+			// leave their rows pending for the next catch-up pass.
+			if err := cfg.Poller.MarkDispatched(context.WithoutCancel(ctx), accepted); err != nil {
+				s.r.log.Warn("could not mark streamed rows dispatched; the catch-up pass signals them again and the workflows drop the repeats", "error", err)
+			}
+		}
+		if len(failed) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		refused := map[string]bool{}
+		for _, f := range failed {
+			for _, id := range f.IDs {
+				refused[id] = true
+			}
+		}
+		events = slices.DeleteFunc(events, func(e poller.Event) bool { return !refused[e.ID] })
+		failures++
+		wait := backoff(failures, cfg.MaxBackoff)
+		s.r.log.Warn("Temporal refused streamed events; retrying them before the stream moves on",
+			"aggregates", len(failed), "events", len(events), "first_error", failed[0].Err, "retry_in", wait)
+		if err := s.sendStatus(ctx); err != nil { // keeps wal_sender_timeout away
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	s.r.mu.Lock()
+	s.r.streamed += int64(total)
+	s.r.mu.Unlock()
+	s.pending, s.events = s.pending[:0], 0
+	s.confirmed = max(s.confirmed, end)
+	return s.sendStatus(ctx)
+}
+
+func (s *session) sendStatus(ctx context.Context) error {
+	if s.confirmed == 0 {
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: s.confirmed, WALFlushPosition: s.confirmed, WALApplyPosition: s.confirmed,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	return nil
+}
+
+func backoff(failures int, limit time.Duration) time.Duration {
+	d := 500 * time.Millisecond << min(failures-1, 10)
+	return min(d, limit)
+}
