@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -52,15 +53,27 @@ type Config struct {
 	PollInterval time.Duration
 	// IdleTimeout after which an idle aggregate workflow completes; default 1m.
 	IdleTimeout time.Duration
+	// StartMode of aggregates not dispatched within IdleTimeout:
+	// poller.StartOneShot (default: a run with the events in its input
+	// that completes once they are published) or poller.StartKeepAlive.
+	StartMode string
+	// Source is where the poller role finds committed events: SourcePoll
+	// (default: claims with FOR UPDATE SKIP LOCKED, woken by NOTIFY) or
+	// SourceWAL (log tailing: a logical replication slot, package
+	// walrelay; needs wal_level=logical and the REPLICATION attribute).
+	Source string
+	// WALSlot and WALPublication name SourceWAL's replication slot and
+	// publication; default "ferry_outbox" each.
+	WALSlot        string
+	WALPublication string
+	// WALCatchUpInterval is how often SourceWAL runs a claim pass for rows
+	// the stream cannot deliver; default 30s.
+	WALCatchUpInterval time.Duration
 	// ConnectTimeout bounds reaching each dependency at start; default 10s.
 	ConnectTimeout time.Duration
 	// Policies of retries and poison handling by event type, "*" for the
 	// rest. Default: workflows.DefaultMaxAttempts, then block the aggregate.
 	Policies map[string]workflows.EventPolicy
-	// StartMode of aggregates not dispatched within IdleTimeout:
-	// poller.StartOneShot (default: a run with the events in its input
-	// that completes once they are published) or poller.StartKeepAlive.
-	StartMode string
 	// MetricsAddress serves Prometheus /metrics when set (host:port).
 	// Default: off.
 	MetricsAddress string
@@ -138,6 +151,17 @@ const (
 	DefaultTemporalAddress = "127.0.0.1:7233"
 )
 
+// Sources of the poller role (Config.Source).
+const (
+	SourcePoll = "poll"
+	SourceWAL  = "wal"
+)
+
+// walConfig is the log-tailing relay's settings (without its dependencies).
+func (c Config) walConfig() walrelay.Config {
+	return walrelay.Config{Slot: c.WALSlot, Publication: c.WALPublication, CatchUpInterval: c.WALCatchUpInterval}
+}
+
 var taskQueueName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
 
 // WithDefaults fills zero fields and validates the result.
@@ -166,15 +190,15 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.BatchSize < 1 {
 		return c, errors.New("batch size must be at least 1")
 	}
+	c.StartMode = cmp.Or(c.StartMode, poller.StartOneShot)
+	if c.StartMode != poller.StartOneShot && c.StartMode != poller.StartKeepAlive {
+		return c, fmt.Errorf("start mode %q: use %s or %s", c.StartMode, poller.StartOneShot, poller.StartKeepAlive)
+	}
 	if c.PublishBatchSize < -1 || c.PublishBatchSize > 1000 {
 		return c, fmt.Errorf("publish batch size %d: use 1 to 1000, 0 for the default, or -1 for one activity per event", c.PublishBatchSize)
 	}
 	if c.DriftSample < -1 || c.DriftSample > workflows.MaxDriftSample {
 		return c, fmt.Errorf("drift sample %d: use 1 to %d aggregates, 0 for the default (%d), or -1 for no drift check",
-	c.StartMode = cmp.Or(c.StartMode, poller.StartOneShot)
-	if c.StartMode != poller.StartOneShot && c.StartMode != poller.StartKeepAlive {
-		return c, fmt.Errorf("start mode %q: use %s or %s", c.StartMode, poller.StartOneShot, poller.StartKeepAlive)
-	}
 			c.DriftSample, workflows.MaxDriftSample, workflows.DefaultDriftSample)
 	}
 	if c.WorkflowTaskPollers != 0 && c.WorkflowTaskPollers < 2 {
@@ -200,6 +224,13 @@ func (c Config) WithDefaults() (Config, error) {
 	// The broker's checks of the URL's scheme, the exchange name and the
 	// message size limit, without dialling.
 	if _, err := broker.New(broker.Config{URL: c.AMQPURL, Exchange: c.Exchange, MaxMessageBytes: c.MaxMessageBytes}); err != nil {
+		return c, err
+	}
+	c.Source = cmp.Or(c.Source, SourcePoll)
+	if c.Source != SourcePoll && c.Source != SourceWAL {
+		return c, fmt.Errorf("source %q: use %s (claim pending rows) or %s (tail the write-ahead log)", c.Source, SourcePoll, SourceWAL)
+	}
+	if err := c.walConfig().Validate(); err != nil {
 		return c, err
 	}
 	// The poller's own checks, before anything is dialled.
