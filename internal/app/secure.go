@@ -110,6 +110,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("sensitive_fields", r.SensitiveFields),
 		slog.String("task_queue", r.TaskQueue),
 		slog.String("exchange", r.Exchange),
+		slog.Int("max_message_bytes", r.MaxMessageBytes),
 		slog.String("routing_key", r.RoutingKey),
 		slog.Int("batch_size", r.BatchSize),
 		slog.Duration("lease", r.Lease),
