@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -50,11 +51,18 @@ func TestOptionsGraph(t *testing.T) {
 		{"poller only", app.Roles{Poller: true}, true, false, "worker.Worker"},
 		{"worker only", app.Roles{Worker: true}, false, true, "poller.Poller"},
 		{"both", app.Roles{Poller: true, Worker: true}, true, true, ""},
+		{"both, source wal", app.Roles{Poller: true, Worker: true}, false, true, "poller.Poller"}, // private to the WAL module
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			opts := app.Options(defaults(t), tt.roles, logger)
+			cfg := defaults(t)
+			if strings.HasSuffix(tt.name, "source wal") {
+				cfg.Source = app.SourceWAL
+				// The log-tailing relay replaces the poller's loop.
+				require.NoError(t, fx.ValidateApp(app.Options(cfg, tt.roles, logger), fx.Invoke(func(*walrelay.Relay) {})))
+			}
+			opts := app.Options(cfg, tt.roles, logger)
 			require.NoError(t, fx.ValidateApp(opts))
 
 			for _, c := range []struct {
@@ -90,6 +98,11 @@ func TestConfigWithDefaults(t *testing.T) {
 		ConnectTimeout:  10 * time.Second,
 		RowRetention:    30 * 24 * time.Hour,
 		OTelExporter:    "none",
+		Source:          app.SourcePoll,
+		WALSlot:         "ferry_outbox",
+		WALPublication:  "ferry_outbox",
+
+		WALCatchUpInterval: 30 * time.Second,
 	}, cfg)
 	require.Equal(t, app.DefaultPostgresURL, cfg.PostgresURL)
 	require.Equal(t, app.DefaultAMQPURL, cfg.AMQPURL)
@@ -102,6 +115,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		TaskQueue: "q.1:x-y_z", Exchange: "ex", RoutingKey: "all.{event_type}", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
 		IdleTimeout: 2 * time.Minute, StartMode: poller.StartKeepAlive, ConnectTimeout: time.Second, RowRetention: 48 * time.Hour,
 		OTelExporter: "otlp-grpc", OTelEndpoint: "https://collector:4317", OTelServiceName: "relay",
+		Source: app.SourceWAL, WALSlot: "orders_slot", WALPublication: "orders_pub", WALCatchUpInterval: time.Minute,
 	}
 	got, err := set.WithDefaults()
 	require.NoError(t, err)
@@ -123,6 +137,10 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 		{"drift sample below -1", app.Config{DriftSample: -2}, []string{"drift sample -2"}},
 		{"unknown exporter", app.Config{OTelExporter: "zipkin"}, []string{`exporter "zipkin"`, "otlp-grpc"}},
 		{"unknown start mode", app.Config{StartMode: "lazy"}, []string{`start mode "lazy"`, "one-shot", "keep-alive"}},
+		{"unknown source", app.Config{Source: "cdc"}, []string{`source "cdc"`, "poll", "wal"}},
+		{"slot name not an identifier", app.Config{Source: app.SourceWAL, WALSlot: "Ferry-Slot"}, []string{`Config.Slot "Ferry-Slot"`}},
+		{"publication name with a quote", app.Config{WALPublication: `p"x`}, []string{`Config.Publication`}},
+		{"catch-up too often", app.Config{WALCatchUpInterval: time.Millisecond}, []string{"Config.CatchUpInterval"}},
 		{"endpoint not a URL", app.Config{OTelExporter: "otlp-http", OTelEndpoint: "collector:4318"}, []string{`endpoint "collector:4318"`}},
 	}
 	for _, tt := range tests {

@@ -230,6 +230,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Source != SourcePoll && c.Source != SourceWAL {
 		return c, fmt.Errorf("source %q: use %s (claim pending rows) or %s (tail the write-ahead log)", c.Source, SourcePoll, SourceWAL)
 	}
+	c.WALSlot = cmp.Or(c.WALSlot, walrelay.DefaultSlot)
+	c.WALPublication = cmp.Or(c.WALPublication, walrelay.DefaultPublication)
+	c.WALCatchUpInterval = cmp.Or(c.WALCatchUpInterval, 30*time.Second)
 	if err := c.walConfig().Validate(); err != nil {
 		return c, err
 	}

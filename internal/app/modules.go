@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/worker"
 )
 
@@ -40,6 +41,17 @@ var (
 		fx.Decorate(withDefaults),
 		fx.Provide(fx.Private, pollerConfig),
 		poller.Module,
+	)
+	// WALModule is PollerModule with the log-tailing relay (package
+	// walrelay) in place of the poller's loop: events come from a logical
+	// replication slot, and the poller only dispatches them and runs the
+	// catch-up claim pass. Needs a *pgxpool.Pool and a client.Client.
+	WALModule = fx.Module("ferry.wal",
+		fx.Decorate(withDefaults),
+		fx.Provide(fx.Private, pollerConfig),
+		fx.Provide(fx.Private, poller.New),
+		fx.Provide(fx.Private, walConfig),
+		walrelay.Module,
 	)
 	// WorkerModule runs the worker (Temporal → RabbitMQ) with its own
 	// publisher from Config.AMQPURL. Needs a *pgxpool.Pool and a
@@ -135,6 +147,12 @@ func newMetrics(d metricsDeps) (metricsOut, error) {
 	if out.Metrics, out.Maintenance, _, err = RegisterMetrics(t, d.Pool); err != nil {
 		return out, err
 	}
+	if d.Config.Source == SourceWAL {
+		if err := t.Register(walrelay.NewSlotCollector(d.Pool, d.Config.WALSlot)); err != nil {
+			t.unregisterAll()
+			return out, fmt.Errorf("register replication slot collector: %w", err)
+		}
+	}
 	if out.Consumer, err = metrics.NewConsumer(t); err != nil {
 		t.unregisterAll()
 		if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
@@ -215,6 +233,20 @@ type pollerDeps struct {
 	Pool     *pgxpool.Pool
 	Temporal client.Client
 	Metrics  *metrics.Metrics `optional:"true"`
+}
+
+type walDeps struct {
+	fx.In
+
+	Params
+	Pool   *pgxpool.Pool
+	Poller *poller.Poller
+}
+
+func walConfig(d walDeps) walrelay.Config {
+	wc := d.Config.walConfig()
+	wc.Pool, wc.Poller, wc.Logger = d.Pool, d.Poller, d.logger()
+	return wc
 }
 
 func pollerConfig(d pollerDeps) poller.Config {

@@ -100,6 +100,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	addTemporalSecurityFlags(f, g)
 	addPrivacyFlags(f, g)
 	addEffectFlags(f, g)
+	addWALFlags(f, g)
 	addConfigFileFlag(root, g)
 	root.AddCommand(pingCmd(g))
 
@@ -111,6 +112,7 @@ Every flag can also be set by the environment variable shown with it.`,
 		devCmd(g),
 		consumeExampleCmd(g),
 		codecServerCmd(g),
+		walCmd(g),
 	)
 	root.AddCommand(operatorCmds(g)...)
 	return root, g
