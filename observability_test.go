@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/walrelay"
 )
 
 // describer collects the names of every metric Ferry registers.
@@ -47,6 +48,7 @@ func ferryMetricNames(t *testing.T) []string {
 	_, err = metrics.NewConsumer(d)
 	require.NoError(t, err)
 	require.NoError(t, d.Register(metrics.NewOutboxCollector(nil)))
+	require.NoError(t, d.Register(walrelay.NewSlotCollector(nil, walrelay.DefaultSlot)))
 	require.Contains(t, d.names, "ferry_outbox_oldest_age_seconds")
 	return d.names
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -480,4 +481,37 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// The slot's gauges: while Temporal refuses, the lag grows with the
+// stream's unconfirmed WAL; once it accepts, the lag falls back; a dropped
+// slot reads as gone.
+func TestSlotMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(walrelay.NewSlotCollector(b.db.Pool, walrelay.DefaultSlot)))
+	r := b.relay(t, walrelay.Config{})
+	slot := map[string]string{"slot": walrelay.DefaultSlot}
+	waitFor(t, 10*time.Second, "the slot active", func() bool {
+		return testenv.Sample(t, reg, "ferry_wal_slot_active", slot) == 1
+	})
+	b.rec.refuse.Store(true)
+	for range 20 {
+		b.insert(t, false, "a", "b", "c")
+	}
+	time.Sleep(500 * time.Millisecond)
+	refusedLag := testenv.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot)
+	require.Greater(t, refusedLag, 5000.0, "unconfirmed WAL while Temporal refuses")
+	require.GreaterOrEqual(t, testenv.Sample(t, reg, "ferry_wal_slot_retained_bytes", slot), refusedLag)
+	b.rec.refuse.Store(false)
+	waitFor(t, 30*time.Second, "the lag back near zero", func() bool {
+		return testenv.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot) < 1000
+	})
+	t.Logf("lag while refused: %.0f bytes (60 events in 20 transactions); after: %.0f", refusedLag, testenv.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot))
+	r.Stop()
+	_, _, err := walrelay.DropSlot(context.Background(), b.db.Pool, walrelay.DefaultSlot, walrelay.DefaultPublication)
+	require.NoError(t, err)
+	require.Zero(t, testenv.Sample(t, reg, "ferry_wal_slot_exists", slot))
+	require.Zero(t, testenv.Sample(t, reg, "ferry_wal_slot_scrape_error", slot))
 }
