@@ -69,9 +69,10 @@ const (
 // A one-event aggregate costs the engine two state transitions and two
 // billed actions and starts no timer, read from the server's own metrics:
 // an eager one-shot start (create + first workflow task in one
-// transition) whose first task publishes and completes the run. The
-// keep-alive start, measured the same way, costs more: the comparison
-// proves the figures can tell them apart.
+// transition) whose first task publishes and completes the run. Pollers
+// apart from the worker (no eager start) and the keep-alive start,
+// measured the same way, cost more: the comparison proves the figures can
+// tell them apart.
 func TestOneEventAggregateCost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -86,9 +87,14 @@ func TestOneEventAggregateCost(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 
-	measure := func(t *testing.T, mode string, idle time.Duration) (transitions, actions float64) {
+	// Pollers in a process of their own: the start cannot be eager.
+	apart, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: testenv.QuietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(apart.Close)
+
+	measure := func(t *testing.T, mode string, idle time.Duration, pollers client.Client) (transitions, actions float64) {
 		e := setup(t)
-		e.startFerry(t, ferryOpts{shared: c, startMode: mode, idleTimeout: idle})
+		e.startFerry(t, ferryOpts{shared: c, temporal: pollers, startMode: mode, idleTimeout: idle})
 		// The first workflow of a task queue pays for the queue itself.
 		_, err := e.commit(ctx, "warm-up", false)
 		require.NoError(t, err)
@@ -111,13 +117,18 @@ func TestOneEventAggregateCost(t *testing.T) {
 		return (after[metricTransitions] - before[metricTransitions]) / n, (after[metricActions] - before[metricActions]) / n
 	}
 
-	oneShotST, oneShotActions := measure(t, "", 0)
+	oneShotST, oneShotActions := measure(t, "", 0, nil)
 	t.Logf("one-shot: %.2f state transitions, %.2f actions per one-event aggregate", oneShotST, oneShotActions)
 	require.LessOrEqual(t, oneShotST, 2.0)
 	require.LessOrEqual(t, oneShotActions, 2.0)
 	require.Positive(t, oneShotST, "the scrape saw no transitions: the metric's name is wrong")
 
-	keepST, keepActions := measure(t, "keep-alive", time.Second)
+	apartST, apartActions := measure(t, "", 0, apart)
+	t.Logf("one-shot, pollers apart from the worker: %.2f state transitions, %.2f actions per one-event aggregate", apartST, apartActions)
+	require.LessOrEqual(t, apartST, 3.0)
+	require.Greater(t, apartST, oneShotST, "not eager, yet as cheap: the figures cannot tell")
+
+	keepST, keepActions := measure(t, "keep-alive", time.Second, nil)
 	t.Logf("keep-alive: %.2f state transitions, %.2f actions per one-event aggregate", keepST, keepActions)
 	require.Greater(t, keepST, oneShotST)
 	require.Greater(t, keepActions, oneShotActions)
