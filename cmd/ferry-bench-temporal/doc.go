@@ -5,5 +5,7 @@
 // from Ferry; it prints bench.TemporalReady and the frontend's address
 // once the server answers. With bench.TemporalMetricsEnv set it also
 // serves the server's own metrics (Prometheus text, /metrics) there, which
-// the bench reads for the cost of each run.
+// the bench reads for the cost of each run. With FERRY_BENCH_TEMPORAL_PPROF
+// (host:port) it serves net/http/pprof, for profiling the server under a
+// workload.
 package main

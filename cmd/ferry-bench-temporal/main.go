@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +14,10 @@ import (
 	"github.com/ferry-outbox/ferry/internal/bench"
 	"github.com/ferry-outbox/ferry/workflows"
 )
+
+// pprofEnv names a host:port where the server process serves
+// net/http/pprof; unset serves none.
+const pprofEnv = "FERRY_BENCH_TEMPORAL_PPROF"
 
 func main() {
 	os.Exit(run())
@@ -33,6 +39,11 @@ func run() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ferry-bench-temporal: %v\n", err)
 		return 1
+	}
+	if addr := os.Getenv(pprofEnv); addr != "" {
+		// For profiling the server under a workload: go tool pprof
+		// http://ADDR/debug/pprof/profile?seconds=20
+		go func() { _ = http.ListenAndServe(addr, nil) }()
 	}
 	fmt.Println(bench.TemporalReady + srv.FrontendAddress())
 	<-ctx.Done()
