@@ -46,6 +46,9 @@ type Snapshot struct {
 	// of their last completed run.
 	Retention *Run[workflows.RetentionResult] `json:"retention,omitempty"`
 	Reconcile *Run[workflows.ReconcileResult] `json:"reconcile,omitempty"`
+	// WALSlot is the log-tailing relay's replication slot; nil when there
+	// is none (CollectWALSlot).
+	WALSlot *WALSlot `json:"wal_slot,omitempty"`
 }
 
 // StatusCount is the backlog of one status.
@@ -301,6 +304,7 @@ func Render(w io.Writer, s Snapshot, color bool) {
 	}
 
 	fmt.Fprintf(w, "\n%sThroughput%s\n  published %d in the last minute, %d in the last hour\n", bold, reset, s.PublishedLastMinute, s.PublishedLastHour)
+	s.WALSlot.render(w, bold, red, reset)
 
 	fmt.Fprintf(w, "\n%sBlocked aggregates%s\n", bold, reset)
 	if len(s.Blocked) == 0 {
