@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/schema"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -286,4 +287,37 @@ func TestConsumerRole(t *testing.T) {
 	} {
 		requireDenied(t, r.as(t, c.role, c.sql), c.what)
 	}
+}
+
+// An upgrade whose migration replaces the version trigger's function
+// (CREATE OR REPLACE resets SECURITY DEFINER and the search_path roles.sql
+// set) leaves producers able to write: `ferry migrate` puts the function's
+// privileges back, without roles.sql being run again. Replayed here by
+// applying 0005 (which replaces outbox_assign_version) once more.
+func TestMigrationKeepsTheRolesPrivileges(t *testing.T) {
+	t.Parallel()
+	r := setupRoles(t)
+	ctx := context.Background()
+	_, err := r.db.Pool.Exec(ctx, `DELETE FROM ferry_schema_migrations WHERE version = 5`)
+	require.NoError(t, err)
+	res, err := schema.Migrate(ctx, r.db.Pool, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Applied, 1)
+	require.Equal(t, 5, res.Applied[0].Version)
+
+	var secdef bool
+	var config, acl string
+	require.NoError(t, r.db.Pool.QueryRow(ctx, `SELECT prosecdef, coalesce(array_to_string(proconfig, ';'), ''), coalesce(proacl::text, '')
+		FROM pg_proc WHERE proname = 'outbox_assign_version' AND pronamespace = current_schema()::regnamespace`).Scan(&secdef, &config, &acl))
+	require.True(t, secdef, "SECURITY DEFINER kept")
+	require.Equal(t, "search_path="+r.db.Schema+", pg_temp", config)
+	require.NotRegexp(t, `[{,]=X/`, acl, "PUBLIC still cannot execute it")
+
+	w, err := outbox.NewWriter(outbox.Config{})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, r.pool(t, r.producer), func(tx pgx.Tx) error {
+		_, err := w.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: json.RawMessage(`{}`)})
+		return err
+	}), "the producer writes after the upgrade")
+	requireDenied(t, r.as(t, r.producer, `SELECT * FROM outbox_aggregates`), "read version counters")
 }

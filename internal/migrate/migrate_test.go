@@ -1,12 +1,17 @@
 package migrate_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"testing/fstest"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/internal/migrate"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 )
 
 func TestLoad(t *testing.T) {
@@ -45,4 +50,115 @@ func TestApplyRejectsAnUnsafeTableName(t *testing.T) {
 	t.Parallel()
 	_, err := migrate.Apply(t.Context(), nil, migrate.Set{Table: `x"; DROP TABLE y; --`}, nil)
 	require.ErrorContains(t, err, "table name")
+}
+
+// set is a family of test migrations in the test's own schema.
+func set(timeout time.Duration, files ...string) migrate.Set {
+	fsys := fstest.MapFS{}
+	for i, sql := range files {
+		fsys[fmt.Sprintf("m/%04d_step%d.sql", i+1, i+1)] = &fstest.MapFile{Data: []byte(sql)}
+	}
+	return migrate.Set{FS: fsys, Dir: "m", Table: "test_migrations", Lock: "ferry.test.migrate:", Product: "the test", LockTimeout: timeout}
+}
+
+// A migration that needs a lock a long transaction holds gives up after the
+// lock timeout instead of queueing every other query behind it, changes
+// nothing, and says which lock it waited for, who held it and what to do.
+func TestApplyGivesUpOnALockAfterTheLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	first := `CREATE TABLE widgets (id int PRIMARY KEY)`
+	_, err := migrate.Apply(ctx, db.Pool, set(0, first), nil)
+	require.NoError(t, err)
+
+	// A session idle in transaction, holding ACCESS SHARE on widgets.
+	holder, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, `SET application_name = 'long-report'`)
+	require.NoError(t, err)
+	tx, err := holder.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM widgets`)
+	require.NoError(t, err)
+
+	began := time.Now()
+	_, err = migrate.Apply(ctx, db.Pool, set(500*time.Millisecond, first, `ALTER TABLE widgets ADD COLUMN name text`), nil)
+	took := time.Since(began)
+	require.ErrorIs(t, err, migrate.ErrLockTimeout)
+	var lte *migrate.LockTimeoutError
+	require.ErrorAs(t, err, &lte)
+	require.Equal(t, "0002_step2", lte.Migration)
+	require.Contains(t, lte.Lock, "AccessExclusiveLock on relation widgets")
+	require.Contains(t, lte.Holders, "long-report")
+	require.Contains(t, lte.Holders, "idle in transaction")
+	for _, s := range []string{"lock_timeout (500ms)", "nothing was changed", "pg_stat_activity", "migrate again"} {
+		require.Contains(t, err.Error(), s)
+	}
+	require.Less(t, took, 5*time.Second, "gave up after the lock timeout")
+	var version int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT max(version) FROM test_migrations`).Scan(&version))
+	require.Equal(t, 1, version, "nothing applied")
+
+	// Once the long transaction ends, the same call succeeds.
+	require.NoError(t, tx.Rollback(ctx))
+	res, err := migrate.Apply(ctx, db.Pool, set(500*time.Millisecond, first, `ALTER TABLE widgets ADD COLUMN name text`), nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Current)
+}
+
+// A migration that replaces a function keeps what a privilege script set on
+// it (schema/roles.sql: SECURITY DEFINER, a fixed search_path, EXECUTE
+// revoked from PUBLIC), whether it replaces it in place or drops and creates
+// it; a definition with a SET clause states its own attributes.
+func TestApplyKeepsTheFunctionPrivilegesAMigrationReplaces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	steps := []string{
+		`CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1';
+		 CREATE FUNCTION g(a int, b text) RETURNS int LANGUAGE sql AS 'SELECT a';
+		 CREATE FUNCTION h() RETURNS int LANGUAGE sql AS 'SELECT 1'`,
+	}
+	_, err := migrate.Apply(ctx, db.Pool, set(0, steps...), nil)
+	require.NoError(t, err)
+	s := pgx.Identifier{db.Schema}.Sanitize()
+	for _, fn := range []string{"f()", "g(int, text)", "h()"} {
+		_, err = db.Pool.Exec(ctx, fmt.Sprintf(`ALTER FUNCTION %[1]s.%[2]s SECURITY DEFINER SET search_path = %[1]s, pg_temp;
+			REVOKE ALL ON FUNCTION %[1]s.%[2]s FROM PUBLIC`, s, fn))
+		require.NoError(t, err)
+	}
+	steps = append(steps,
+		`CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 2'`,
+		`DROP FUNCTION g(int, text); CREATE FUNCTION g(a int, b text) RETURNS int LANGUAGE sql AS 'SELECT a + 1'`,
+		`CREATE OR REPLACE FUNCTION h() RETURNS int LANGUAGE sql SECURITY INVOKER SET search_path = public AS 'SELECT 2'`,
+	)
+	res, err := migrate.Apply(ctx, db.Pool, set(0, steps...), nil)
+	require.NoError(t, err)
+	require.Len(t, res.Applied, 3)
+
+	props := func(name string) (secdef bool, config, acl string) {
+		t.Helper()
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT prosecdef, coalesce(array_to_string(proconfig, ';'), ''), coalesce(proacl::text, '')
+			FROM pg_proc WHERE proname = $1 AND pronamespace = current_schema()::regnamespace`, name).Scan(&secdef, &config, &acl))
+		return secdef, config, acl
+	}
+	for _, fn := range []string{"f", "g"} {
+		secdef, config, acl := props(fn)
+		require.True(t, secdef, "%s: SECURITY DEFINER kept", fn)
+		require.Equal(t, "search_path="+db.Schema+", pg_temp", config, "%s: search_path kept", fn)
+		require.NotRegexp(t, `[{,]=X/`, acl, "%s: PUBLIC still has no EXECUTE", fn)
+		require.NotEmpty(t, acl, "%s: grants not back to the default", fn)
+	}
+	// The migration stated SECURITY INVOKER and a search_path for h (a SET
+	// clause): it wins for those; the grants are kept.
+	secdef, config, acl := props("h")
+	require.False(t, secdef)
+	require.Equal(t, "search_path=public", config)
+	require.NotRegexp(t, `[{,]=X/`, acl)
+	var two int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT f() + g(1, 'x')`).Scan(&two))
+	require.Equal(t, 4, two, "the new bodies are in place")
 }
