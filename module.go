@@ -30,7 +30,9 @@ type Roles = app.Roles
 //	)
 var (
 	// Poller relays committed outbox rows to one Temporal workflow per
-	// aggregate. Needs a *pgxpool.Pool and a client.Client in the graph.
+	// aggregate: by claiming pending rows, or with Config.Source "wal" by
+	// tailing PostgreSQL's write-ahead log (README, Polling or log
+	// tailing). Needs a *pgxpool.Pool and a client.Client in the graph.
 	Poller = app.PollerModule
 	// Worker hosts the aggregate workflow and the publish activity, with a
 	// RabbitMQ publisher of its own (Config.AMQPURL, Config.Exchange).

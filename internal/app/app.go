@@ -47,9 +47,7 @@ func Options(cfg Config, roles Roles, logger *slog.Logger) fx.Option {
 	if roles.Worker {
 		opts = append(opts, WorkerModule)
 	}
-	if roles.Poller && cfg.Source == SourceWAL {
-		opts = append(opts, WALModule)
-	} else if roles.Poller {
+	if roles.Poller {
 		opts = append(opts, PollerModule)
 	}
 	return fx.Options(opts...)

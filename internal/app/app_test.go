@@ -16,7 +16,6 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/poller"
-	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -51,7 +50,7 @@ func TestOptionsGraph(t *testing.T) {
 		{"poller only", app.Roles{Poller: true}, true, false, "worker.Worker"},
 		{"worker only", app.Roles{Worker: true}, false, true, "poller.Poller"},
 		{"both", app.Roles{Poller: true, Worker: true}, true, true, ""},
-		{"both, source wal", app.Roles{Poller: true, Worker: true}, false, true, "poller.Poller"}, // private to the WAL module
+		{"both, source wal", app.Roles{Poller: true, Worker: true}, true, true, ""}, // the relay runs over the poller
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,8 +58,6 @@ func TestOptionsGraph(t *testing.T) {
 			cfg := defaults(t)
 			if strings.HasSuffix(tt.name, "source wal") {
 				cfg.Source = app.SourceWAL
-				// The log-tailing relay replaces the poller's loop.
-				require.NoError(t, fx.ValidateApp(app.Options(cfg, tt.roles, logger), fx.Invoke(func(*walrelay.Relay) {})))
 			}
 			opts := app.Options(cfg, tt.roles, logger)
 			require.NoError(t, fx.ValidateApp(opts))

@@ -40,18 +40,9 @@ var (
 	PollerModule = fx.Module("ferry.poller",
 		fx.Decorate(withDefaults),
 		fx.Provide(fx.Private, pollerConfig),
-		poller.Module,
-	)
-	// WALModule is PollerModule with the log-tailing relay (package
-	// walrelay) in place of the poller's loop: events come from a logical
-	// replication slot, and the poller only dispatches them and runs the
-	// catch-up claim pass. Needs a *pgxpool.Pool and a client.Client.
-	WALModule = fx.Module("ferry.wal",
-		fx.Decorate(withDefaults),
-		fx.Provide(fx.Private, pollerConfig),
-		fx.Provide(fx.Private, poller.New),
+		fx.Provide(poller.New),
 		fx.Provide(fx.Private, walConfig),
-		walrelay.Module,
+		fx.Invoke(runRelay),
 	)
 	// WorkerModule runs the worker (Temporal → RabbitMQ) with its own
 	// publisher from Config.AMQPURL. Needs a *pgxpool.Pool and a
@@ -241,6 +232,23 @@ type walDeps struct {
 	Params
 	Pool   *pgxpool.Pool
 	Poller *poller.Poller
+}
+
+// runRelay runs the poller's loop for the app's lifetime or, with
+// Config.Source wal, the log-tailing relay (package walrelay) in its place:
+// events then come from a logical replication slot, and the poller only
+// dispatches them and runs the catch-up claim pass.
+func runRelay(lc fx.Lifecycle, cfg Config, p *poller.Poller, wc walrelay.Config) error {
+	if cfg.Source != SourceWAL {
+		lc.Append(fx.StartStopHook(p.Start, p.Stop))
+		return nil
+	}
+	r, err := walrelay.New(wc)
+	if err != nil {
+		return err
+	}
+	lc.Append(fx.StartStopHook(r.Start, r.Stop))
+	return nil
 }
 
 func walConfig(d walDeps) walrelay.Config {
