@@ -169,10 +169,18 @@ type Broker struct {
 }
 
 // RabbitMQ declares a unique topic exchange and a queue bound to it with
-// "#". Both are deleted at cleanup.
+// "#" on the test broker. Both are deleted at cleanup.
 func RabbitMQ(t testing.TB) *Broker {
 	t.Helper()
-	u := AMQPURL()
+	return RabbitMQAt(t, AMQPURL())
+}
+
+// RabbitMQAt is RabbitMQ on the broker at u (a RabbitNode's URL). The
+// exchange and the queue are durable, so they outlive a restart of the
+// node; Get and Collect need the connection they were declared on, and a
+// restart closes it.
+func RabbitMQAt(t testing.TB, u string) *Broker {
+	t.Helper()
 	conn, err := amqp.Dial(u)
 	if err != nil {
 		t.Fatalf("RabbitMQ is required at %s and did not answer: %v\n"+
