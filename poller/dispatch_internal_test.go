@@ -2,143 +2,90 @@ package poller
 
 import (
 	"context"
-	"sync"
+	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// recordingTemporal accepts every start and signal-with-start and records
-// what they carried; running makes starts fail as if a run were open.
-type recordingTemporal struct {
-	client.Client
-
-	mu      sync.Mutex
-	running bool
-	starts  []workflows.AggregateInput
-	signals [][]workflows.EventRef
-	eager   []bool
-}
-
-func (r *recordingTemporal) ExecuteWorkflow(_ context.Context, opts client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.running {
-		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("running", "", "")
-	}
-	r.starts = append(r.starts, args[0].(workflows.AggregateInput))
-	r.eager = append(r.eager, opts.EnableEagerStart && opts.WorkflowExecutionErrorWhenAlreadyStarted)
-	return nil, nil
-}
-
-func (r *recordingTemporal) SignalWithStartWorkflow(_ context.Context, _, _ string, arg any, _ client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.signals = append(r.signals, arg.(workflows.EventsSignalArg).Events)
-	return nil, nil
-}
-
-func versionsOf(refs []workflows.EventRef) []int64 {
-	out := make([]int64, len(refs))
-	for i, r := range refs {
-		out[i] = r.Version
-	}
-	return out
-}
-
-// A new aggregate gets a one-shot start with its events in the input; the
-// same aggregate again, within the idle timeout, a signal; an aggregate
-// whose run is open a signal after the refused start; keep-alive mode
-// signals everything.
-func TestDispatchStartsOneShotRunsThenSignals(t *testing.T) {
+// Dispatch groups events per aggregate as RunOnce does; a refused
+// aggregate comes back with all of its events' ids, and nothing is claimed,
+// released or marked.
+func TestDispatchReportsRefusedAggregatesWithTheirEvents(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
-	ctx := context.Background()
-	rec := &recordingTemporal{}
-	p := newPoller(t, db.Pool, Config{Temporal: rec})
-
-	insertEvent(t, db.Pool, "order", "o-1", nil)
-	insertEvent(t, db.Pool, "order", "o-1", nil)
-	_, err := p.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Len(t, rec.starts, 1)
-	in := rec.starts[0]
-	require.True(t, in.OneShot)
-	require.Equal(t, workflows.CurrentRevision, in.Revision)
-	require.Equal(t, []int64{1, 2}, versionsOf(in.Pending))
-	require.Equal(t, []bool{true}, rec.eager, "an eager start that fails when a run is open")
-	require.Empty(t, rec.signals)
-
-	insertEvent(t, db.Pool, "order", "o-1", nil)
-	_, err = p.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Len(t, rec.starts, 1, "a recently dispatched aggregate was started again")
-	require.Equal(t, [][]workflows.EventRef{{{ID: rec.signals[0][0].ID, Version: 3, Type: "test.happened"}}}, rec.signals)
-
-	rec.running = true
-	insertEvent(t, db.Pool, "order", "o-2", nil)
-	_, err = p.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Len(t, rec.signals, 2, "the open run was not signalled after the refused start")
-	require.Equal(t, []int64{1}, versionsOf(rec.signals[1]))
-
-	keep := &recordingTemporal{}
-	k := newPoller(t, db.Pool, Config{Temporal: keep, StartMode: StartKeepAlive})
-	insertEvent(t, db.Pool, "order", "o-3", nil)
-	_, err = k.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Empty(t, keep.starts)
-	require.Len(t, keep.signals, 1)
+	p := newPoller(t, db.Pool, Config{})
+	a1 := insertEvent(t, db.Pool, "order", "a", nil)
+	b1 := insertEvent(t, db.Pool, "order", "b", nil)
+	a2 := insertEvent(t, db.Pool, "order", "a", nil)
+	events := []Event{
+		{ID: a1, AggregateType: "order", AggregateID: "a", EventType: "t", Version: 1},
+		{ID: b1, AggregateType: "order", AggregateID: "b", EventType: "t", Version: 1},
+		{ID: a2, AggregateType: "order", AggregateID: "a", EventType: "t", Version: 2},
+	}
+	accepted, failed := p.Dispatch(context.Background(), events)
+	require.Empty(t, accepted, "Temporal is unreachable")
+	require.Len(t, failed, 2, "one failure per aggregate")
+	byWorkflow := map[string][]string{}
+	for _, f := range failed {
+		require.Error(t, f.Err)
+		byWorkflow[f.WorkflowID] = f.IDs
+	}
+	require.Equal(t, map[string][]string{
+		workflows.WorkflowID("order", "a"): {a1, a2},
+		workflows.WorkflowID("order", "b"): {b1},
+	}, byWorkflow)
+	for _, id := range []string{a1, b1, a2} {
+		r := readRow(t, db.Pool, id)
+		require.Equal(t, "pending", r.Status)
+		require.Zero(t, r.Attempts, "Dispatch claims nothing")
+		require.Nil(t, r.ClaimedBy)
+		require.Nil(t, r.LastError, "Dispatch releases nothing")
+	}
+	accepted, failed = p.Dispatch(context.Background(), nil)
+	require.Empty(t, accepted)
+	require.Empty(t, failed)
 }
 
-// An aggregate's backlog goes out in parts of at most maxRefsPerDispatch
-// references, in version order: the start's input, then signals.
-func TestDispatchSplitsLargeGroups(t *testing.T) {
+// MarkDispatched moves pending rows to dispatched and leaves a published
+// row published, as RunOnce's mark does.
+func TestMarkDispatched(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
-	ctx := context.Background()
-	const n = 2*maxRefsPerDispatch + 500
-	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
-		SELECT 'order', 'hot', 'order.placed', '{}' FROM generate_series(1, $1)`, n)
-	require.NoError(t, err)
-	rec := &recordingTemporal{}
-	p := newPoller(t, db.Pool, Config{Temporal: rec, BatchSize: n, SignalTimeout: 5 * time.Second})
-	got, err := p.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, n, got)
-	require.Len(t, rec.starts, 1)
-	require.Len(t, rec.starts[0].Pending, maxRefsPerDispatch)
-	require.Len(t, rec.signals, 2)
-	require.Len(t, rec.signals[0], maxRefsPerDispatch)
-	require.Len(t, rec.signals[1], 500)
-	var all []int64
-	all = append(all, versionsOf(rec.starts[0].Pending)...)
-	for _, s := range rec.signals {
-		all = append(all, versionsOf(s)...)
-	}
-	for i, v := range all {
-		require.Equal(t, int64(i+1), v)
-	}
+	p := newPoller(t, db.Pool, Config{})
+	pending := insertEvent(t, db.Pool, "order", "a", nil)
+	published := insertEvent(t, db.Pool, "order", "a", map[string]string{"status": "'published'"})
+	require.NoError(t, p.MarkDispatched(context.Background(), []string{pending, published}))
+	require.Equal(t, "dispatched", readRow(t, db.Pool, pending).Status)
+	require.Equal(t, "published", readRow(t, db.Pool, published).Status)
+	require.NoError(t, p.MarkDispatched(context.Background(), nil))
 }
 
-func TestChunks(t *testing.T) {
+// Drain ends at the first failed batch (its rows back off) and on an
+// empty one; the claims that succeed end to end are in e2e/wal_test.go.
+func TestDrainStopsAtTheFirstErrorAndOnNothing(t *testing.T) {
 	t.Parallel()
-	refs := func(n int) []workflows.EventRef { return make([]workflows.EventRef, n) }
-	lens := func(cs [][]workflows.EventRef) []int {
-		var out []int
-		for _, c := range cs {
-			out = append(out, len(c))
+	db := testenv.Postgres(t)
+	p := newPoller(t, db.Pool, Config{BatchSize: 2})
+	n, err := p.Drain(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+	var ids []string
+	for _, agg := range []string{"a", "b", "c", "d", "e"} {
+		ids = append(ids, insertEvent(t, db.Pool, "order", agg, nil))
+	}
+	n, err = p.Drain(context.Background())
+	require.Error(t, err, "Temporal is unreachable: the first batch's signals fail")
+	require.Equal(t, 2, n, "the pass ends at the first error")
+	claimed := 0
+	for _, id := range ids {
+		if readRow(t, db.Pool, id).Attempts > 0 {
+			claimed++
 		}
-		return out
 	}
-	require.Equal(t, []int{0}, lens(chunks(refs(0), 3)))
-	require.Equal(t, []int{3}, lens(chunks(refs(3), 3)))
-	require.Equal(t, []int{3, 1}, lens(chunks(refs(4), 3)))
-	require.Equal(t, []int{3, 3, 2}, lens(chunks(refs(8), 3)))
+	require.Equal(t, 2, claimed)
+	require.True(t, slices.ContainsFunc(ids, func(id string) bool { return readRow(t, db.Pool, id).Attempts == 0 }))
 }
