@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/poller"
@@ -309,10 +310,12 @@ func (s *session) run(ctx context.Context) error {
 }
 
 // flush hands the pending transactions' events to Temporal, retrying the
-// aggregates it refused (with backoff, keeping the connection alive) until
+// aggregates it failed (with backoff, keeping the connection alive) until
 // it accepted all of them, marks them dispatched, and only then confirms
 // the last transaction's end. A stop in between confirms nothing: the
-// stream replays those transactions to the next relay.
+// stream replays those transactions to the next relay. The one exception
+// is an aggregate Temporal refuses as invalid (InvalidArgument): its rows
+// stay pending for the claim pass, which owns retries and quarantine.
 func (s *session) flush(ctx context.Context) error {
 	cfg := s.r.cfg
 	var events []poller.Event
@@ -332,19 +335,32 @@ func (s *session) flush(ctx context.Context) error {
 				s.r.log.Warn("could not mark streamed rows dispatched; the catch-up pass signals them again and the workflows drop the repeats", "error", err)
 			}
 		}
-		if len(failed) == 0 {
-			break
-		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		refused := map[string]bool{}
+		retry := map[string]bool{}
+		var invalid []poller.Failure
 		for _, f := range failed {
+			if permanent(f.Err) {
+				invalid = append(invalid, f)
+				continue
+			}
 			for _, id := range f.IDs {
-				refused[id] = true
+				retry[id] = true
 			}
 		}
-		events = slices.DeleteFunc(events, func(e poller.Event) bool { return !refused[e.ID] })
+		if len(invalid) > 0 {
+			// Retrying a request Temporal refuses as invalid would hold the
+			// stream, and every aggregate behind it, for good. The rows stay
+			// pending: the claim pass takes them over, with its backoff and
+			// its quarantine.
+			s.r.log.Warn("Temporal refused streamed events as invalid; they stay pending for the claim pass and the stream moves on",
+				"aggregates", len(invalid), "first_aggregate", invalid[0].WorkflowID, "first_error", invalid[0].Err)
+		}
+		events = slices.DeleteFunc(events, func(e poller.Event) bool { return !retry[e.ID] })
+		if len(events) == 0 {
+			break
+		}
 		failures++
 		wait := backoff(failures, cfg.MaxBackoff)
 		s.r.log.Warn("Temporal refused streamed events; retrying them before the stream moves on",
@@ -377,6 +393,14 @@ func (s *session) sendStatus(ctx context.Context) error {
 		return fmt.Errorf("send standby status: %w", err)
 	}
 	return nil
+}
+
+// permanent: Temporal refused the request as invalid, so it fails the same
+// way however often it is sent. Unavailable, DeadlineExceeded and the like
+// are outages, retried.
+func permanent(err error) bool {
+	var invalid *serviceerror.InvalidArgument
+	return errors.As(err, &invalid)
 }
 
 func backoff(failures int, limit time.Duration) time.Duration {

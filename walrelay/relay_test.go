@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
@@ -38,6 +39,10 @@ func TestMain(m *testing.M) {
 type recorder struct {
 	marker *poller.Poller // MarkDispatched only (its Temporal is dead)
 	refuse atomic.Bool
+	// invalid: events of this aggregate id are refused as invalid
+	// (InvalidArgument), as Temporal refuses a request that can never
+	// succeed.
+	invalid string
 
 	mu      sync.Mutex
 	got     []poller.Event
@@ -56,10 +61,18 @@ func (r *recorder) Dispatch(_ context.Context, events []poller.Event) ([]string,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.got = append(r.got, events...)
-	ids := make([]string, len(events))
-	for i, e := range events {
-		ids[i] = e.ID
+	var ids, invalid []string
+	for _, e := range events {
+		if e.AggregateID == r.invalid && r.invalid != "" {
+			invalid = append(invalid, e.ID)
+			continue
+		}
+		r.got = append(r.got, e)
+		ids = append(ids, e.ID)
+	}
+	if len(invalid) > 0 {
+		return ids, []poller.Failure{{WorkflowID: "ferry/order/" + r.invalid, IDs: invalid,
+			Err: fmt.Errorf("signal-with-start: %w", serviceerror.NewInvalidArgument("refused by the test"))}}
 	}
 	return ids, nil
 }
@@ -224,7 +237,7 @@ func TestStreamsCommittedInsertsInCommitOrder(t *testing.T) {
 		require.False(t, rolledBack[e.ID], "a rolled-back insert was streamed")
 	}
 	require.Equal(t, want, got, "each committed event once, in commit order (the late committer last)")
-	waitFor(t, 10*time.Second, "streamed rows marked dispatched", func() bool {
+	waitFor(t, 30*time.Second, "streamed rows marked dispatched", func() bool {
 		return b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'dispatched'`) == len(want)
 	})
 	waitFor(t, 10*time.Second, "the slot confirmed past them", func() bool {
@@ -510,8 +523,36 @@ func TestSlotMetrics(t *testing.T) {
 	})
 	t.Logf("lag while refused: %.0f bytes (60 events in 20 transactions); after: %.0f", refusedLag, testenv.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot))
 	r.Stop()
+	waitFor(t, 10*time.Second, "the slot released", func() bool {
+		return testenv.Sample(t, reg, "ferry_wal_slot_active", slot) == 0
+	})
 	_, _, err := walrelay.DropSlot(context.Background(), b.db.Pool, walrelay.DefaultSlot, walrelay.DefaultPublication)
 	require.NoError(t, err)
 	require.Zero(t, testenv.Sample(t, reg, "ferry_wal_slot_exists", slot))
 	require.Zero(t, testenv.Sample(t, reg, "ferry_wal_slot_scrape_error", slot))
+}
+
+// An aggregate Temporal refuses as invalid does not hold the stream: its
+// rows stay pending for the claim pass, the other aggregates' events flow
+// and the slot's position moves past it.
+func TestInvalidAggregateLeftToTheClaimPass(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.rec.invalid = "poison"
+	b.relay(t, walrelay.Config{})
+	first := b.insert(t, false, "poison", "ok")
+	second := b.insert(t, false, "ok")
+	waitFor(t, 30*time.Second, "the other aggregate's events streamed", func() bool {
+		ids := b.rec.ids()
+		return ids[first[1]] == 1 && ids[second[0]] == 1
+	})
+	require.Zero(t, b.rec.ids()[first[0]])
+	waitFor(t, 10*time.Second, "the slot confirmed past the refused event", func() bool {
+		s, err := walrelay.ReadSlotStats(context.Background(), b.db.Pool, walrelay.DefaultSlot)
+		require.NoError(t, err)
+		return s.LagBytes < 1000
+	})
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'pending' AND id = $1`, first[0]),
+		"the refused row stays pending for the claim pass")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'dispatched'`))
 }
