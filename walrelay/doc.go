@@ -9,7 +9,9 @@
 // starts and Signal-With-Start, the same workflows. It marks the rows
 // dispatched as the poller does, and confirms the slot's position only past
 // transactions whose every event Temporal accepted, so a crash replays from
-// there and the workflow drops the repeats. One claim pass of the polling
+// there and the workflow drops the repeats (an aggregate Temporal refuses
+// as invalid stays pending for the claim pass instead of holding the
+// stream). One claim pass of the polling
 // path (poller.Poller.RunOnce) runs at start and on a slow timer: it
 // delivers rows that were pending when the slot was created, or inserted
 // while the slot was gone.
