@@ -556,3 +556,22 @@ func TestInvalidAggregateLeftToTheClaimPass(t *testing.T) {
 		"the refused row stays pending for the claim pass")
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'dispatched'`))
 }
+
+// Creating the slot waits for the transactions open at that moment; a start
+// whose deadline passes meanwhile says so.
+func TestSlotCreationWaitsForOpenTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	b.insertIn(t, tx, "open")
+	r, err := walrelay.New(walrelay.Config{Pool: b.db.Pool, Poller: b.rec, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err = r.Start(sctx)
+	require.ErrorContains(t, err, "waits for every transaction open in the database to end")
+	r.Stop()
+}

@@ -130,6 +130,10 @@ func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (created b
 	if errors.As(err, &pg) && pg.Code == codeDuplicateObject {
 		return false, nil // another relay created it meanwhile
 	}
+	if err != nil && ctx.Err() != nil {
+		return false, fmt.Errorf("create replication slot %q: it waits for every transaction open in the database to end (a slot starts at a consistent point), and one stayed open: %w",
+			slot, err)
+	}
 	if err != nil {
 		var maxSlots string
 		_ = pool.QueryRow(ctx, `SHOW max_replication_slots`).Scan(&maxSlots)
