@@ -292,3 +292,48 @@ func TestWALSlotDroppedBehindFerrysBack(t *testing.T) {
 		len(gap), gapClaimed, r.Committed, stream, claimed, line)
 	require.Positive(t, gapClaimed, "the catch-up pass delivered events committed while the slot was gone")
 }
+
+// The operator's side of --source wal: against the shared server
+// (wal_level=replica) `ferry poller --source wal` exits with what to fix; a
+// bad slot name is refused before anything is dialled; `ferry status`
+// shows the slot streaming, then left behind with the commands to run;
+// `ferry wal drop-slot` refuses while a relay streams, then drops the slot
+// and the publication.
+func TestWALCommands(t *testing.T) {
+	t.Parallel()
+	shared := testenv.Postgres(t)
+	temporal := []string{"FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace}
+	code, out := ferry(t, append([]string{"FERRY_POSTGRES_URL=" + shared.URL}, temporal...), "poller", "--source", "wal")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `wal_level is not logical: it is "replica"`)
+	require.Contains(t, out, "ALTER SYSTEM SET wal_level = logical")
+	require.Contains(t, out, "--source poll")
+	code, out = ferry(t, []string{"FERRY_POSTGRES_URL=" + shared.URL}, "poller", "--source", "wal", "--wal-slot", "Ferry-Slot")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `Config.Slot "Ferry-Slot"`)
+
+	e, _ := walEnv(t)
+	env := append([]string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_TASK_QUEUE=" + e.taskQueue}, temporal...)
+	relay := e.walProcess(t, "poller", "wal")
+	e.activeWALRelay(t, time.Minute)
+	code, out = ferry(t, env, "status")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "Log tailing (replication slot ferry_outbox)")
+	require.Contains(t, out, "streaming (walsender PID")
+	code, out = ferry(t, env, "wal", "drop-slot")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "stop the WAL relays")
+
+	relay.kill()
+	waitFor(t, time.Minute, "the slot released", func() bool { return e.activeName(t) == "" })
+	code, out = ferry(t, env, "status")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "nobody streams from it")
+	require.Contains(t, out, "ferry wal drop-slot --wal-slot ferry_outbox")
+	code, out = ferry(t, env, "wal", "drop-slot")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `replication slot "ferry_outbox": dropped; publication "ferry_outbox": dropped`)
+	code, out = ferry(t, env, "status")
+	require.Equal(t, 0, code, out)
+	require.NotContains(t, out, "Log tailing")
+}
