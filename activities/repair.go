@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/outbox"
@@ -146,15 +148,23 @@ func (a *Activities) ApplyRepair(ctx context.Context, in workflows.RepairInput) 
 	return res, nil
 }
 
-// ReplayEvent re-publishes a delivered (published or skipped) event with its
-// original message id, headers and trace context, and audits it. The row
-// keeps its status: a replay is a copy, not a new delivery state. A request
-// id seen before does nothing.
+// ReplayEvent re-publishes a delivered (published) event with its original
+// message id, headers and trace context, and audits it. The row keeps its
+// status: a replay is a copy, not a new delivery state. A request id seen
+// before does nothing.
+//
+// The audit row is written before the publish, in a transaction committed
+// once the broker confirmed: a request the audit refuses (no actor, no
+// reason) publishes nothing, and a failed publish leaves no audit row, so
+// a retry publishes and audits again. (A commit lost after the confirm
+// publishes once more on the retry: replays are at-least-once, and keep
+// the message id consumers deduplicate by.) A row whose payload retention
+// blanked is refused: there is nothing left to replay.
 func (a *Activities) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput) error {
 	var auditID int64
 	err := a.pool.QueryRow(ctx, sqlFindRepair, in.RequestID).Scan(&auditID)
 	if err == nil {
-		return nil
+		return nil // done before, even if the row is gone since
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up request %s: %w", in.RequestID, err)
@@ -168,17 +178,47 @@ func (a *Activities) ReplayEvent(ctx context.Context, in workflows.ReplayEventIn
 			"event %s is %s, not published: replay re-delivers delivered events only (repair a blocked one instead)", in.EventID, ev.status),
 			ErrTypeNotReplayable, nil)
 	}
-	if err := a.send(ctx, in.EventID, ev); err != nil {
-		return err
+	if blanked(ev.payload) {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"event %s's payload was blanked by payload retention (--payload-retention): nothing is left to replay, and nothing was published", in.EventID),
+			ErrTypeNotReplayable, nil)
 	}
 	d := digest(string(ev.payload))
-	_, err = a.pool.Exec(ctx, sqlInsertReplay, in.RequestID, in.Actor, "replay", in.EventID,
-		ev.aggType, ev.aggID, ev.version, in.Reason, d, d, ev.schemaVersion, ev.schemaVersion)
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlInsertReplay, in.RequestID, in.Actor, "replay", in.EventID,
+			ev.aggType, ev.aggID, ev.version, in.Reason, d, d, ev.schemaVersion, ev.schemaVersion)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23514" { // check_violation: actor or reason empty
+				return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+					"audit of replay %s refused (%s): nothing was published", in.RequestID, pgErr.ConstraintName), ErrTypeNotReplayable, nil)
+			}
+			return fmt.Errorf("audit replay of %s: %w", in.EventID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errAlreadyReplayed // an earlier attempt or run did it
+		}
+		return a.send(ctx, in.EventID, ev)
+	})
+	if errors.Is(err, errAlreadyReplayed) {
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("audit replay of %s: %w", in.EventID, err)
+		return err
 	}
 	a.metrics.Repaired("replay")
 	return nil
+}
+
+// errAlreadyReplayed ends ReplayEvent's transaction without a publish.
+var errAlreadyReplayed = errors.New("replayed before")
+
+// blanked says whether payload retention replaced the payload
+// (PurgeOutbox writes JSON null; NULL is not allowed by the schema, but
+// would mean the same).
+func blanked(payload []byte) bool {
+	p := strings.TrimSpace(string(payload))
+	return p == "" || p == "null"
 }
 
 func digest(payload string) string {

@@ -959,6 +959,27 @@ func TestReplay(t *testing.T) {
 		require.Equal(t, many, res.Replayed)
 		require.Len(t, b.fakes.replays, workflows.MaxReplayEvents)
 	})
+	// Started through Temporal directly, not the CLI: refused before the
+	// first activity, so nothing is published unaudited.
+	for name, tc := range map[string]struct {
+		actor, reason, want string
+	}{
+		"no actor":  {"", "consumer lost its data", "actor is empty"},
+		"no reason": {"bob", " ", "reason is empty"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			in := replayInput("e-1")
+			in.Actor, in.Reason = tc.actor, tc.reason
+			b, _, err := run(t, in)
+			var appErr *temporal.ApplicationError
+			require.True(t, errors.As(err, &appErr), "want an application error, got %v", err)
+			require.Equal(t, "InvalidReplay", appErr.Type())
+			require.True(t, appErr.NonRetryable())
+			require.Contains(t, appErr.Error(), tc.want)
+			require.Empty(t, b.fakes.replays)
+		})
+	}
 	for name, eventIDs := range map[string][]string{
 		"no event ids":       nil,
 		"too many event ids": make([]string, workflows.MaxReplayEvents+1),

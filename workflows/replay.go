@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -13,12 +14,24 @@ const MaxReplayEvents = 1000
 
 // Replay re-publishes already delivered events, one after another, with
 // their original message ids and trace context, each audited under
-// "<request id>/<event id>". Its workflow ID is "ferry-replay/<request id>",
+// "<request id>/<event id>". A request without an actor or a reason is
+// refused before anything is published. Its workflow ID is "ferry-replay/<request id>",
 // so a repeated request is the same workflow.
 func Replay(ctx workflow.Context, in ReplayInput) (ReplayResult, error) {
 	if len(in.EventIDs) == 0 || len(in.EventIDs) > MaxReplayEvents {
 		return ReplayResult{}, temporal.NewNonRetryableApplicationError(
 			"a replay takes 1 to 1000 event ids", "InvalidReplay", nil)
+	}
+	// Runs recorded before this check went straight to the activity.
+	if workflow.GetVersion(ctx, replayValidateChange, workflow.DefaultVersion, 1) >= 1 {
+		switch {
+		case strings.TrimSpace(in.Actor) == "":
+			return ReplayResult{}, temporal.NewNonRetryableApplicationError(
+				"actor is empty: say who asks for the replay; nothing was published", "InvalidReplay", nil)
+		case strings.TrimSpace(in.Reason) == "":
+			return ReplayResult{}, temporal.NewNonRetryableApplicationError(
+				"reason is empty: say why, for the audit trail; nothing was published", "InvalidReplay", nil)
+		}
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: publishAttemptTimeout,
@@ -44,6 +57,10 @@ func Replay(ctx workflow.Context, in ReplayInput) (ReplayResult, error) {
 	}
 	return res, nil
 }
+
+// replayValidateChange: the replay workflow refuses an empty actor or
+// reason before its first activity.
+const replayValidateChange = "replay-validate"
 
 // ReplayWorkflowID is the replay workflow's ID for a request id.
 func ReplayWorkflowID(requestID string) string { return "ferry-replay/" + requestID }
