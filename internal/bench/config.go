@@ -24,6 +24,16 @@ type Config struct {
 	Workloads []string
 	// Systems to run, "ferry" and/or "plain". Default both.
 	Systems []string
+	// Sources are the relay sources Ferry runs with, each a run of its own
+	// per workload and rep: "poll" (--source poll, as shipped) and/or
+	// "wal" (--source wal). Default poll. With wal the bench starts a
+	// PostgreSQL cluster of its own (PostgresBin, wal_level=logical) and
+	// every system and source runs on it, so that all see the same server;
+	// PostgresURL must then be empty.
+	Sources []string
+	// PostgresBin holds initdb and pg_ctl for the bench's own cluster
+	// (Sources with wal). Default /usr/lib/postgresql/15/bin.
+	PostgresBin string
 	// SteadyDuration is how long each steady-rate workload produces.
 	// Default 60s.
 	SteadyDuration time.Duration
@@ -44,7 +54,8 @@ type Config struct {
 	// "ferry-bench-temporal" next to Self.
 	TemporalBin string
 	// PostgresURL is the database the bench schema is made in. Default
-	// Ferry's, postgres://postgres@127.0.0.1:5432/postgres.
+	// Ferry's, postgres://postgres@127.0.0.1:5432/postgres; with Sources
+	// wal, the bench's own cluster (set once it started).
 	PostgresURL string
 	// Schema is the bench-only schema; it is dropped and created afresh.
 	// Default "ferry_bench".
@@ -94,6 +105,24 @@ const (
 	SystemPlain = "plain"
 )
 
+// Ferry's relay sources (internal/cli's --source).
+const (
+	SourcePoll = "poll"
+	SourceWAL  = "wal"
+)
+
+// SourceNames lists the sources in run order.
+var SourceNames = []string{SourcePoll, SourceWAL}
+
+// defaultPostgresBin is where Debian's PostgreSQL 15 keeps initdb and
+// pg_ctl, as for the tests' private clusters (internal/testenv).
+const defaultPostgresBin = "/usr/lib/postgresql/15/bin"
+
+// privateCluster says whether the bench runs on a PostgreSQL cluster of
+// its own: log tailing needs wal_level=logical, which the shared server
+// does not have, and both sources must see the same server.
+func (c Config) privateCluster() bool { return slices.Contains(c.Sources, SourceWAL) }
+
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // WithDefaults fills the defaults and validates c.
@@ -106,6 +135,24 @@ func (c Config) WithDefaults() (Config, error) {
 	if len(c.Systems) == 0 {
 		c.Systems = []string{SystemFerry, SystemPlain}
 	}
+	if len(c.Sources) == 0 {
+		c.Sources = []string{SourcePoll}
+	}
+	for _, s := range c.Sources {
+		if !slices.Contains(SourceNames, s) {
+			return c, fmt.Errorf("bench: Config.Sources: unknown source %q; known: %s", s, strings.Join(SourceNames, ", "))
+		}
+	}
+	slices.SortFunc(c.Sources, func(a, b string) int {
+		return slices.Index(SourceNames, a) - slices.Index(SourceNames, b)
+	})
+	c.Sources = slices.Compact(c.Sources)
+	if c.privateCluster() {
+		if c.PostgresURL != "" {
+			return c, fmt.Errorf("bench: Config.PostgresURL %s: with source wal the bench runs every system on a PostgreSQL cluster of its own (wal_level=logical); leave the URL out", redactURL(c.PostgresURL))
+		}
+		c.PostgresBin = cmp.Or(c.PostgresBin, defaultPostgresBin)
+	}
 	c.SteadyDuration = cmp.Or(c.SteadyDuration, time.Minute)
 	c.CommitDuration = cmp.Or(c.CommitDuration, 10*time.Second)
 	c.Clients = cmp.Or(c.Clients, 16)
@@ -114,7 +161,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.TemporalBin == "" && c.Self != "" {
 		c.TemporalBin = filepath.Join(filepath.Dir(c.Self), "ferry-bench-temporal")
 	}
-	c.PostgresURL = cmp.Or(c.PostgresURL, "postgres://postgres@127.0.0.1:5432/postgres")
+	if !c.privateCluster() {
+		c.PostgresURL = cmp.Or(c.PostgresURL, "postgres://postgres@127.0.0.1:5432/postgres")
+	}
 	c.Schema = cmp.Or(c.Schema, "ferry_bench")
 	c.AMQPURL = cmp.Or(c.AMQPURL, "amqp://guest:guest@127.0.0.1:5672/")
 	c.Exchange = cmp.Or(c.Exchange, "ferry.bench")

@@ -145,10 +145,20 @@ func (c *CeilingSummary) best() *CeilingVariant {
 // writeServerCost prints the Temporal server's own counts for the Ferry
 // runs: per event, then in all, so that a reader can divide.
 func (res *Results) writeServerCost(w io.Writer) {
-	var rows []WorkloadSummary
+	// One row per workload and Ferry source that has the server's counts.
+	var rows []ranSystem
 	for _, ws := range res.Workloads {
-		if ws.Ferry != nil && ws.Ferry.ServerPerEvent != nil {
-			rows = append(rows, ws)
+		first := true
+		for _, s := range ws.ran() {
+			if s.ServerPerEvent == nil {
+				continue
+			}
+			if first {
+				s.label, first = ws.Name, false
+			} else {
+				s.label = ""
+			}
+			rows = append(rows, s)
 		}
 	}
 	if len(rows) == 0 {
@@ -156,19 +166,19 @@ func (res *Results) writeServerCost(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nTemporal's own count of its work per event (Ferry; the server's /metrics before the run and once it went idle after):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-12s\tstate transitions/ev\tbilled actions/ev\tvisibility writes/ev\truns started/ev\tpersistence mean\tpersistence p99\t\n", "workload")
-	for _, ws := range rows {
-		p, t := ws.Ferry.ServerPerEvent, ws.Ferry.ServerTotals
-		fmt.Fprintf(tw, "%-12s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t\n", ws.Name, p.StateTransitions, p.Actions, p.VisibilityWrites, p.RunsStarted,
+	fmt.Fprintf(tw, "%-12s\t%-11s\tstate transitions/ev\tbilled actions/ev\tvisibility writes/ev\truns started/ev\tpersistence mean\tpersistence p99\t\n", "workload", "system")
+	for _, s := range rows {
+		p, t := s.ServerPerEvent, s.ServerTotals
+		fmt.Fprintf(tw, "%-12s\t%-11s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t\n", s.label, s.name, p.StateTransitions, p.Actions, p.VisibilityWrites, p.RunsStarted,
 			dur(t.PersistenceMean), dur(t.PersistenceP99))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nThe same in all (medians over the reps):\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-12s\tevents\tstate transitions\tbilled actions\tvisibility writes\truns started\truns completed\tstore requests\tseconds\t\n", "workload")
-	for _, ws := range rows {
-		t := ws.Ferry.ServerTotals
-		fmt.Fprintf(tw, "%-12s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", ws.Name, count(ws.Ferry.Events), count(int(t.StateTransitions)), count(int(t.Actions)),
+	fmt.Fprintf(tw, "%-12s\t%-11s\tevents\tstate transitions\tbilled actions\tvisibility writes\truns started\truns completed\tstore requests\tseconds\t\n", "workload", "system")
+	for _, s := range rows {
+		t := s.ServerTotals
+		fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", s.label, s.name, count(s.Events), count(int(t.StateTransitions)), count(int(t.Actions)),
 			count(int(t.VisibilityWrites)), count(int(t.RunsStarted)), count(int(t.RunsCompleted)), count(int(t.PersistenceRequests)), t.Seconds)
 	}
 	tw.Flush()

@@ -20,7 +20,7 @@ import (
 // cmd/ferry-bench does.
 func Main(args []string, stdout, stderr io.Writer) int {
 	var cfg Config
-	var workloads, systems string
+	var workloads, systems, sources string
 	fs := flag.NewFlagSet("ferry-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -41,6 +41,8 @@ Flags:
 	fs.IntVar(&cfg.Reps, "reps", 3, "runs per workload and system; the table shows medians")
 	fs.StringVar(&workloads, "workloads", strings.Join(WorkloadNames, ","), "comma-separated workloads to run")
 	fs.StringVar(&systems, "systems", "ferry,plain", "comma-separated systems: ferry, plain")
+	fs.StringVar(&sources, "sources", SourcePoll, "comma-separated relay sources Ferry runs with, each a run of its own: poll, wal (log tailing; the bench then starts a PostgreSQL cluster of its own with wal_level=logical and runs every system on it, so leave -postgres-url out)")
+	fs.StringVar(&cfg.PostgresBin, "pg-bin", env("FERRY_BENCH_PG_BIN", ""), "folder of initdb and pg_ctl for the bench's own cluster with -sources wal (FERRY_BENCH_PG_BIN; default "+defaultPostgresBin+")")
 	fs.DurationVar(&cfg.SteadyDuration, "duration", 0, "how long each steady-rate workload produces (default 1m)")
 	fs.DurationVar(&cfg.CommitDuration, "commit-duration", 0, "how long each producer commit-rate variant runs (default 10s)")
 	fs.IntVar(&cfg.Clients, "clients", 16, "concurrent producer transactions")
@@ -63,6 +65,7 @@ Flags:
 	}
 	cfg.Workloads = splitList(workloads)
 	cfg.Systems = splitList(systems)
+	cfg.Sources = splitList(sources)
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "ferry-bench: find own binary: %v\n", err)
@@ -78,8 +81,8 @@ Flags:
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p := newProgress(stderr)
-	fmt.Fprintf(stderr, "ferry-bench: workloads %s on %s, %d rep(s), scale %g, steady %s; Ctrl-C stops.\n",
-		strings.Join(cfg.Workloads, ", "), strings.Join(cfg.Systems, " and "), cfg.Reps, cfg.Scale, cfg.SteadyDuration)
+	fmt.Fprintf(stderr, "ferry-bench: workloads %s on %s (Ferry's sources: %s), %d rep(s), scale %g, steady %s; Ctrl-C stops.\n",
+		strings.Join(cfg.Workloads, ", "), strings.Join(cfg.Systems, " and "), strings.Join(cfg.Sources, ", "), cfg.Reps, cfg.Scale, cfg.SteadyDuration)
 	if set := ferryEnv(); len(set) > 0 {
 		fmt.Fprintf(stderr, "ferry-bench: ferry also gets these settings from your environment: %s\n", strings.Join(set, " "))
 	}
@@ -145,7 +148,8 @@ func env(name, def string) string {
 // FERRY_BATCH_SIZE), passwords hidden.
 func ferryEnv() []string {
 	own := map[string]bool{"FERRY_POSTGRES_URL": true, "FERRY_AMQP_URL": true, "FERRY_TEMPORAL_ADDRESS": true,
-		"FERRY_TEMPORAL_NAMESPACE": true, "FERRY_EXCHANGE": true, "FERRY_TASK_QUEUE": true, "FERRY_NO_SCHEDULES": true, "FERRY_LOG_LEVEL": true}
+		"FERRY_TEMPORAL_NAMESPACE": true, "FERRY_EXCHANGE": true, "FERRY_TASK_QUEUE": true, "FERRY_NO_SCHEDULES": true, "FERRY_LOG_LEVEL": true,
+		"FERRY_SOURCE": true, "FERRY_WAL_SLOT": true, "FERRY_WAL_PUBLICATION": true}
 	var out []string
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")

@@ -18,8 +18,9 @@ import (
 
 // Colours of the systems in the plot.
 var (
-	ferryColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-	plainColor = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	ferryColor    = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	ferryWALColor = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	plainColor    = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 )
 
 // durationTicks labels a log axis of milliseconds with units (1ms, 10ms,
@@ -75,8 +76,8 @@ func cdfPoints(samples []time.Duration, n int) plotter.XYs {
 	return pts
 }
 
-// WritePlot draws one latency CDF per workload, Ferry and the plain relay
-// together, the samples of all reps pooled, as a PNG.
+// WritePlot draws one latency CDF per workload, Ferry (each source) and the
+// plain relay together, the samples of all reps pooled, as a PNG.
 func (res *Results) WritePlot(path string) error {
 	var panels []*plot.Plot
 	for _, ws := range res.Workloads {
@@ -97,10 +98,10 @@ func (res *Results) WritePlot(path string) error {
 		for _, sys := range []struct {
 			name string
 			c    color.Color
-		}{{SystemFerry, ferryColor}, {SystemPlain, plainColor}} {
+		}{{SystemFerry, ferryColor}, {variantFerryWAL, ferryWALColor}, {SystemPlain, plainColor}} {
 			var all []time.Duration
 			for _, r := range res.Runs {
-				if r.Workload == ws.Name && r.System == sys.name {
+				if r.Workload == ws.Name && r.variant() == sys.name {
 					all = append(all, r.latencies...)
 				}
 			}
@@ -115,9 +116,9 @@ func (res *Results) WritePlot(path string) error {
 			l.Color = sys.c
 			l.Width = vg.Points(1.5)
 			p.Add(l)
-			s := ws.system(sys.name)
-			p.Legend.Add(sys.name, l)
-			figures = append(figures, fmt.Sprintf("%s p50 %s, p99 %s", sys.name, dur(s.Latency.P50), dur(s.Latency.P99)))
+			s, name := ws.system(sys.name), ws.label(sys.name)
+			p.Legend.Add(name, l)
+			figures = append(figures, fmt.Sprintf("%s p50 %s, p99 %s", name, dur(s.Latency.P50), dur(s.Latency.P99)))
 			drawn = true
 		}
 		if drawn {

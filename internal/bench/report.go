@@ -44,8 +44,10 @@ type Machine struct {
 
 // RunResult is one workload run once on one system.
 type RunResult struct {
-	Workload      string `json:"workload"`
-	System        string `json:"system"`
+	Workload string `json:"workload"`
+	System   string `json:"system"`
+	// Source is Ferry's relay source, poll or wal ("" for the plain relay).
+	Source        string `json:"source,omitempty"`
 	Rep           int    `json:"rep"`
 	AggregateType string `json:"aggregate_type"`
 	Events        int    `json:"events"`
@@ -71,12 +73,32 @@ type RunResult struct {
 	// runs only).
 	Server  *ServerCost `json:"server,omitempty"`
 	History *History    `json:"history,omitempty"`
+	// Postgres is what PostgreSQL did during the run.
+	Postgres *PostgresCost `json:"postgres,omitempty"`
 	// Memory is sampled every 500 ms during a backlog drain.
 	Memory  []memPoint `json:"memory,omitempty"`
 	Problem string     `json:"problem,omitempty"`
 
 	latencies []time.Duration
 }
+
+// Variants: a system with its source, as runs are grouped and shown.
+const variantFerryWAL = "ferry-wal"
+
+// variants in the order of the tables; Ferry with --source poll is
+// SystemFerry, as before there were sources.
+var variants = []string{SystemFerry, variantFerryWAL, SystemPlain}
+
+// variantOf names a system with its source: "ferry" (source poll, or none
+// in results of older benches), "ferry-wal", "plain".
+func variantOf(system, source string) string {
+	if system == SystemFerry && source == SourceWAL {
+		return variantFerryWAL
+	}
+	return system
+}
+
+func (r RunResult) variant() string { return variantOf(r.System, r.Source) }
 
 // ProcFigures is a process's cost over one run's measuring window.
 type ProcFigures struct {
@@ -106,14 +128,20 @@ type CommitSummary struct {
 
 // WorkloadSummary holds one workload's medians per system and the ratios.
 type WorkloadSummary struct {
-	Name  string         `json:"name"`
-	What  string         `json:"what"`
-	Ferry *SystemSummary `json:"ferry,omitempty"`
-	Plain *SystemSummary `json:"plain,omitempty"`
-	// ThroughputRatio and P99Ratio are Ferry / plain of the medians; 0
-	// when a system did not run.
+	Name string `json:"name"`
+	What string `json:"what"`
+	// Ferry is Ferry with --source poll (as shipped), FerryWAL with
+	// --source wal.
+	Ferry    *SystemSummary `json:"ferry,omitempty"`
+	FerryWAL *SystemSummary `json:"ferry_wal,omitempty"`
+	Plain    *SystemSummary `json:"plain,omitempty"`
+	// ThroughputRatio and P99Ratio are Ferry (poll) / plain of the
+	// medians; 0 when a system did not run.
 	ThroughputRatio float64 `json:"throughput_ratio_ferry_over_plain,omitempty"`
 	P99Ratio        float64 `json:"p99_ratio_ferry_over_plain,omitempty"`
+	// WALThroughputRatio and WALP99Ratio are Ferry's wal / poll sources.
+	WALThroughputRatio float64 `json:"throughput_ratio_wal_over_poll,omitempty"`
+	WALP99Ratio        float64 `json:"p99_ratio_wal_over_poll,omitempty"`
 }
 
 // SystemSummary is one system on one workload: medians over its reps
@@ -147,6 +175,16 @@ type SystemSummary struct {
 	// (Ferry only), per event and in all, medians over the reps.
 	ServerPerEvent *CostPerUnit `json:"server_per_event,omitempty"`
 	ServerTotals   *ServerCost  `json:"server_totals,omitempty"`
+
+	// PostgreSQL's work per event, medians over the reps (PostgresCost):
+	// rows of outbox_events updated (HOT ones included, and also shown
+	// alone), WAL bytes written by the cluster, and CPU seconds per 1,000
+	// events of the cluster's processes (only on the bench's own cluster).
+	OutboxUpdatesPerEvent    float64 `json:"outbox_rows_updated_per_event"`
+	OutboxHOTUpdatesPerEvent float64 `json:"outbox_rows_hot_updated_per_event"`
+	WALBytesPerEvent         float64 `json:"wal_bytes_per_event"`
+	PostgresCPUPer1k         float64 `json:"postgres_cpu_seconds_per_1000_events,omitempty"`
+	postgres, postgresCPU    bool
 
 	// MemoryGrowth (backlog): the highest ratio over the reps of peak RSS
 	// in the second half of the drain to the first half, for the relay
@@ -188,31 +226,20 @@ func (res *Results) summarize() {
 			continue
 		}
 		ws := WorkloadSummary{Name: w, What: shapeOf(w, res.Config.Scale).what}
-		for _, sys := range []string{SystemFerry, SystemPlain} {
+		for _, v := range variants {
 			var runs []RunResult
 			for _, r := range res.Runs {
-				if r.Workload == w && r.System == sys {
+				if r.Workload == w && r.variant() == v {
 					runs = append(runs, r)
 				}
 			}
 			if len(runs) == 0 {
 				continue
 			}
-			s := summarizeSystem(runs)
-			if sys == SystemFerry {
-				ws.Ferry = s
-			} else {
-				ws.Plain = s
-			}
+			*ws.slot(v) = summarizeSystem(runs)
 		}
-		if ws.Ferry != nil && ws.Plain != nil {
-			if ws.Plain.Throughput > 0 {
-				ws.ThroughputRatio = ws.Ferry.Throughput / ws.Plain.Throughput
-			}
-			if ws.Plain.Latency.P99 > 0 {
-				ws.P99Ratio = float64(ws.Ferry.Latency.P99) / float64(ws.Plain.Latency.P99)
-			}
-		}
+		ws.ThroughputRatio, ws.P99Ratio = ratios(ws.Ferry, ws.Plain)
+		ws.WALThroughputRatio, ws.WALP99Ratio = ratios(ws.FerryWAL, ws.Ferry)
 		res.Workloads = append(res.Workloads, ws)
 	}
 	res.Ceiling = res.summarizeCeiling()
@@ -223,7 +250,7 @@ func (res *Results) summarize() {
 		}
 	}
 	for _, r := range res.Runs {
-		name := fmt.Sprintf("%s · %s · rep %d", r.Workload, r.System, r.Rep)
+		name := fmt.Sprintf("%s · %s · rep %d", r.Workload, r.variant(), r.Rep)
 		v := r.Verdict
 		if v.Lost > 0 {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s: %s of %s events LOST (committed, never received)", name, count(v.Lost), count(r.Events)))
@@ -239,6 +266,46 @@ func (res *Results) summarize() {
 		}
 	}
 	res.Targets = res.targets()
+}
+
+// ratios are a / b of the throughputs and p99s; 0 when either is missing.
+func ratios(a, b *SystemSummary) (throughput, p99 float64) {
+	if a == nil || b == nil {
+		return 0, 0
+	}
+	if b.Throughput > 0 {
+		throughput = a.Throughput / b.Throughput
+	}
+	if b.Latency.P99 > 0 {
+		p99 = float64(a.Latency.P99) / float64(b.Latency.P99)
+	}
+	return throughput, p99
+}
+
+// summarizePostgres fills the PostgreSQL figures per event: medians over
+// the runs that have them.
+func (s *SystemSummary) summarizePostgres(runs []RunResult) {
+	per := func(f func(p *PostgresCost) (float64, bool)) (float64, bool) {
+		var xs []float64
+		for _, r := range runs {
+			if r.Postgres == nil || r.Events == 0 {
+				continue
+			}
+			if x, ok := f(r.Postgres); ok {
+				xs = append(xs, x/float64(r.Events))
+			}
+		}
+		return orZero(Median(xs)), len(xs) > 0
+	}
+	s.OutboxUpdatesPerEvent, s.postgres = per(func(p *PostgresCost) (float64, bool) { return float64(p.RowsUpdated), true })
+	s.OutboxHOTUpdatesPerEvent, _ = per(func(p *PostgresCost) (float64, bool) { return float64(p.HOTUpdated), true })
+	s.WALBytesPerEvent, _ = per(func(p *PostgresCost) (float64, bool) { return float64(p.WALBytes), true })
+	s.PostgresCPUPer1k, s.postgresCPU = per(func(p *PostgresCost) (float64, bool) {
+		if p.CPUSeconds == nil {
+			return 0, false
+		}
+		return *p.CPUSeconds * 1000, true
+	})
 }
 
 func summarizeSystem(runs []RunResult) *SystemSummary {
@@ -353,6 +420,7 @@ func summarizeSystem(runs []RunResult) *SystemSummary {
 		costs[i], events[i] = r.Server, r.Events
 	}
 	s.ServerPerEvent, s.ServerTotals = summarizeCost(costs, events)
+	s.summarizePostgres(runs)
 	return s
 }
 
@@ -449,6 +517,10 @@ func (res *Results) targets() []Target {
 // WriteTable prints the results for people.
 func (res *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nFerry (bin/ferry run + embedded Temporal) vs. a plain relay (SKIP LOCKED → confirms → mark).\n")
+	if res.Config.privateCluster() {
+		fmt.Fprintf(w, "Ferry with each relay source: ferry-poll (--source poll, as shipped) and ferry-wal (--source wal, log tailing);\n"+
+			"every system on a PostgreSQL cluster of the bench's own (wal_level=logical).\n")
+	}
 	fmt.Fprintf(w, "Medians of %d run(s) per workload and system; %d CPUs (%s), load %s at start; took %s.\n",
 		res.Config.Reps, res.Machine.CPUs, res.Machine.CPUModel, res.Machine.LoadAtStart, clock(res.Duration.Round(time.Second)))
 
@@ -468,7 +540,10 @@ func (res *Results) WriteTable(w io.Writer) {
 					dur(s.Latency.P50), dur(s.Latency.P95), dur(s.Latency.P99), dur(s.Latency.Max), s.Lost, s.Duplicates, s.OutOfOrder)
 			}
 			if ws.Ferry != nil && ws.Plain != nil {
-				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", "ferry/plain", ws.ThroughputRatio, ws.P99Ratio)
+				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", ws.label(SystemFerry)+"/plain", ws.ThroughputRatio, ws.P99Ratio)
+			}
+			if ws.FerryWAL != nil && ws.Ferry != nil {
+				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", "wal/poll", ws.WALThroughputRatio, ws.WALP99Ratio)
 			}
 		}
 		tw.Flush()
@@ -514,6 +589,7 @@ func (res *Results) WriteTable(w io.Writer) {
 			"  completion of aggregate workflows still open then (timer, one workflow task, completion: about 5 events per workflow run)\n"+
 			"  is not in them. -settle 70s includes it.\n", res.Config.Settle)
 		res.writeServerCost(w)
+		res.writePostgres(w)
 	}
 	res.writeCeiling(w)
 
@@ -553,33 +629,84 @@ func (s *SystemSummary) producerBound() bool {
 
 func (r RunResult) backlog() bool { return r.Workload == WorkloadBacklog }
 
-func (ws WorkloadSummary) system(name string) *SystemSummary {
-	if name == SystemFerry {
-		return ws.Ferry
+func (ws WorkloadSummary) system(variant string) *SystemSummary { return *ws.slot(variant) }
+
+// slot is where the summary of a variant goes.
+func (ws *WorkloadSummary) slot(variant string) **SystemSummary {
+	switch variant {
+	case SystemFerry:
+		return &ws.Ferry
+	case variantFerryWAL:
+		return &ws.FerryWAL
 	}
-	return ws.Plain
+	return &ws.Plain
+}
+
+// label is a variant's name in the tables: Ferry with --source poll is
+// "ferry-poll" next to "ferry-wal", and "ferry" alone.
+func (ws WorkloadSummary) label(variant string) string {
+	if variant == SystemFerry && ws.FerryWAL != nil {
+		return "ferry-poll"
+	}
+	return variant
 }
 
 // ranSystem is one system that ran a workload, as a table row: label is the
-// workload's name on its first row, empty on the next.
+// workload's name on its first row, empty on the next; name is the
+// variant's label.
 type ranSystem struct {
 	label, name string
 	*SystemSummary
 }
 
-// ran lists the systems that ran the workload, Ferry first.
+// ran lists the systems that ran the workload, Ferry first (poll, wal).
 func (ws WorkloadSummary) ran() []ranSystem {
 	var out []ranSystem
-	for _, sys := range []string{SystemFerry, SystemPlain} {
-		if s := ws.system(sys); s != nil {
+	for _, v := range variants {
+		if s := ws.system(v); s != nil {
 			label := ""
 			if len(out) == 0 {
 				label = ws.Name
 			}
-			out = append(out, ranSystem{label, sys, s})
+			out = append(out, ranSystem{label, ws.label(v), s})
 		}
 	}
 	return out
+}
+
+// writePostgres prints PostgreSQL's work per event.
+func (res *Results) writePostgres(w io.Writer) {
+	measured, cpu := false, false
+	for _, ws := range res.Workloads {
+		for _, s := range ws.ran() {
+			measured, cpu = measured || s.postgres, cpu || s.postgresCPU
+		}
+	}
+	if !measured {
+		return
+	}
+	fmt.Fprintf(w, "\nPostgreSQL per event (from emptied tables to 2s after the last event arrived; the producer's inserts included):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-12s\t%-11s\toutbox rows updated/ev\tof them HOT\tWAL bytes/ev\tCPU s/1k ev PostgreSQL\t\n", "workload", "system")
+	for _, ws := range res.Workloads {
+		for _, s := range ws.ran() {
+			if !s.postgres {
+				continue
+			}
+			c := "–"
+			if s.postgresCPU {
+				c = fmt.Sprintf("%.2f", s.PostgresCPUPer1k)
+			}
+			fmt.Fprintf(tw, "%-12s\t%-11s\t%.2f\t%.2f\t%s\t%s\t\n", s.label, s.name, s.OutboxUpdatesPerEvent, s.OutboxHOTUpdatesPerEvent, count(int(math.Round(s.WALBytesPerEvent))), c)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  rows updated: pg_stat_user_tables.n_tup_upd of outbox_events (HOT updates included); WAL: pg_current_wal_lsn() difference, the whole cluster's\n")
+	if cpu {
+		fmt.Fprintf(w, "  CPU: utime + stime of the cluster's processes from /proc, ended backends included (the postmaster's cutime + cstime)\n")
+	} else {
+		fmt.Fprintf(w, "  CPU of PostgreSQL is measured only on the bench's own cluster (-sources with wal)\n")
+	}
 }
 
 // oneLine is a run's outcome for the progress output.
@@ -589,6 +716,12 @@ func (r RunResult) oneLine() string {
 		dur(r.Latency.P50), dur(r.Latency.P99), r.Verdict.Lost, r.Verdict.Duplicates, r.Verdict.OutOfOrder)
 	if r.History != nil && r.Events > 0 {
 		s += fmt.Sprintf("; %.2f history events/event", r.History.Events/float64(r.Events))
+	}
+	if p := r.Postgres; p != nil && r.Events > 0 {
+		s += fmt.Sprintf("; PostgreSQL: %.2f outbox updates/event, %s WAL bytes/event", float64(p.RowsUpdated)/float64(r.Events), count(int(p.WALBytes)/r.Events))
+		if p.CPUSeconds != nil {
+			s += fmt.Sprintf(", %.2f CPU s/1k events", *p.CPUSeconds*1000/float64(r.Events))
+		}
 	}
 	if r.Problem != "" {
 		s += "; " + r.Problem

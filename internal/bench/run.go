@@ -35,6 +35,11 @@ type runner struct {
 	cfg      Config
 	progress *progress
 
+	// cluster is the bench's own PostgreSQL (Config.Sources with wal),
+	// postmaster its main process; nil and 0 on a server given by URL.
+	cluster    *cluster
+	postmaster int
+
 	schemaURL string
 	pool      *pgxpool.Pool
 	prod      *producer
@@ -65,7 +70,7 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 			return nil, err
 		}
 	}
-	steps := len(deliveries) * len(r.cfg.Systems) * r.cfg.Reps
+	steps := len(deliveries) * len(r.entries()) * r.cfg.Reps
 	if r.hasWorkload(WorkloadCommit) {
 		steps += len(commitVariants) * r.cfg.Reps
 	}
@@ -96,15 +101,15 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 			if !slices.Contains(deliveries, w) {
 				continue
 			}
-			// Alternate which system goes first, so slow drift of the
-			// machine (other work, a growing Temporal database) does not
-			// always favour the same one.
-			systems := r.cfg.Systems
-			if rep%2 == 0 && len(systems) == 2 {
-				systems = []string{systems[1], systems[0]}
+			// Alternate the order of the systems (and sources), so slow
+			// drift of the machine (other work, a growing Temporal
+			// database) does not always favour the same one.
+			entries := r.entries()
+			if rep%2 == 0 {
+				slices.Reverse(entries)
 			}
-			for _, sys := range systems {
-				run, err := r.runOne(ctx, shapeOf(w, r.cfg.Scale), sys, rep)
+			for _, e := range entries {
+				run, err := r.runOne(ctx, shapeOf(w, r.cfg.Scale), e, rep)
 				if err != nil {
 					return nil, err
 				}
@@ -118,6 +123,30 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 }
 
 func (r *runner) has(system string) bool { return slices.Contains(r.cfg.Systems, system) }
+
+// entry is one system under test on a workload: Ferry with one of its
+// sources, or the plain relay (source "").
+type entry struct{ system, source string }
+
+// name tells the entry's runs apart in logs and aggregate types:
+// "ferry" (--source poll), "ferry-wal" or "plain".
+func (e entry) name() string { return variantOf(e.system, e.source) }
+
+// entries are the systems under test in the first rep's order, Ferry once
+// per source.
+func (r *runner) entries() []entry {
+	var out []entry
+	for _, sys := range r.cfg.Systems {
+		if sys != SystemFerry {
+			out = append(out, entry{system: sys})
+			continue
+		}
+		for _, src := range r.cfg.Sources {
+			out = append(out, entry{system: sys, source: src})
+		}
+	}
+	return out
+}
 
 func (r *runner) hasWorkload(w string) bool { return slices.Contains(r.cfg.Workloads, w) }
 
@@ -147,6 +176,18 @@ func (r *runner) setup(ctx context.Context) error {
 	}
 	if err := os.MkdirAll(filepath.Join(r.cfg.OutDir, "logs"), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", r.cfg.OutDir, err)
+	}
+	if r.cfg.privateCluster() {
+		r.progress.say("PostgreSQL: starting a cluster of the bench's own (wal_level=logical, %s) for --source wal; every system runs on it", r.cfg.PostgresBin)
+		c, err := startCluster(ctx, r.cfg.PostgresBin)
+		if err != nil {
+			return err
+		}
+		r.cluster = c
+		if r.postmaster, err = c.postmasterPID(); err != nil {
+			return err
+		}
+		r.cfg.PostgresURL = c.URL
 	}
 	r.progress.say("PostgreSQL: fresh schema %q in %s; `%s migrate` applies Ferry's tables", r.cfg.Schema, redactURL(r.cfg.PostgresURL), r.cfg.FerryBin)
 	admin, err := pgx.Connect(ctx, r.cfg.PostgresURL)
@@ -290,6 +331,11 @@ func (r *runner) close() {
 	if r.pool != nil {
 		r.pool.Close()
 	}
+	if r.cluster != nil {
+		if err := r.cluster.stop(filepath.Join(r.cfg.OutDir, "logs", "postgres.log")); err != nil {
+			r.progress.say("PostgreSQL cluster: %v", err)
+		}
+	}
 }
 
 // truncate empties the outbox and the bench table, so every run starts on
@@ -367,26 +413,15 @@ func (r *runner) commitRates(ctx context.Context) (*CommitSummary, error) {
 
 // startSystem starts the system under test in its own process and waits
 // until it is ready.
-func (r *runner) startSystem(ctx context.Context, system string, seq int) (*child, error) {
-	logPath := filepath.Join(r.cfg.OutDir, "logs", fmt.Sprintf("run%02d-%s.log", seq, system))
+func (r *runner) startSystem(ctx context.Context, e entry, seq int) (*child, error) {
+	logPath := filepath.Join(r.cfg.OutDir, "logs", fmt.Sprintf("run%02d-%s.log", seq, e.name()))
 	var c *child
 	var err error
 	var ready string
-	switch system {
+	switch e.system {
 	case SystemFerry:
 		ready = ferryReady
-		c, err = startChild("ferry run", r.cfg.FerryBin, []string{"run"}, []string{
-			"FERRY_POSTGRES_URL=" + r.schemaURL,
-			"FERRY_AMQP_URL=" + r.cfg.AMQPURL,
-			"FERRY_TEMPORAL_ADDRESS=" + r.temporalAddr,
-			"FERRY_TEMPORAL_NAMESPACE=" + namespace,
-			"FERRY_EXCHANGE=" + r.cfg.Exchange,
-			// A task queue of its own: workflows of earlier runs, idle
-			// until their timeout, never take this run's worker's time.
-			fmt.Sprintf("FERRY_TASK_QUEUE=ferry-bench-%d", seq),
-			"FERRY_NO_SCHEDULES=true",
-			"FERRY_LOG_LEVEL=warn",
-		}, logPath, ready)
+		c, err = startChild("ferry run --source "+e.source, r.cfg.FerryBin, []string{"run"}, r.ferryEnv(e.source, seq), logPath, ready)
 	case SystemPlain:
 		ready = relayReady
 		c, err = startChild("plain relay", r.cfg.Self, nil, []string{
@@ -407,6 +442,53 @@ func (r *runner) startSystem(ctx context.Context, system string, seq int) (*chil
 	return c, nil
 }
 
+// ferryEnv is the environment of run seq's ferry processes with source.
+func (r *runner) ferryEnv(source string, seq int) []string {
+	env := []string{
+		"FERRY_POSTGRES_URL=" + r.schemaURL,
+		"FERRY_AMQP_URL=" + r.cfg.AMQPURL,
+		"FERRY_TEMPORAL_ADDRESS=" + r.temporalAddr,
+		"FERRY_TEMPORAL_NAMESPACE=" + namespace,
+		"FERRY_EXCHANGE=" + r.cfg.Exchange,
+		// A task queue of its own: workflows of earlier runs, idle
+		// until their timeout, never take this run's worker's time.
+		fmt.Sprintf("FERRY_TASK_QUEUE=ferry-bench-%d", seq),
+		"FERRY_NO_SCHEDULES=true",
+		"FERRY_LOG_LEVEL=warn",
+		"FERRY_SOURCE=" + source,
+	}
+	if source == SourceWAL {
+		// A slot and publication of the run's own, dropped after it
+		// (dropSlot): a slot left behind would hand the next WAL run
+		// every row committed since, the other systems' runs included.
+		env = append(env, fmt.Sprintf("FERRY_WAL_SLOT=ferry_bench_%d", seq), fmt.Sprintf("FERRY_WAL_PUBLICATION=ferry_bench_%d", seq))
+	}
+	return env
+}
+
+// dropSlot drops run seq's replication slot and publication with `ferry
+// wal drop-slot`, retrying while PostgreSQL still counts the stopped
+// relay's connection as the slot's reader.
+func (r *runner) dropSlot(ctx context.Context, seq int) error {
+	var err error
+	for try := 1; try <= 20; try++ {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cmd := exec.CommandContext(dctx, r.cfg.FerryBin, "wal", "drop-slot")
+		cmd.Env = append(os.Environ(), r.ferryEnv(SourceWAL, seq)...)
+		var out []byte
+		out, err = cmd.CombinedOutput()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("%s wal drop-slot: %w\n%s", r.cfg.FerryBin, err, out)
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			break
+		}
+	}
+	return err
+}
+
 // memPoint is one sample of the relay's (and Temporal's) memory during a
 // run, against how many events had arrived.
 type memPoint struct {
@@ -416,15 +498,17 @@ type memPoint struct {
 }
 
 // runOne runs one workload once on one system.
-func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (RunResult, error) {
+func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResult, error) {
 	r.seq++
 	seq := r.seq
-	aggType := fmt.Sprintf("r%d_%s_%s", seq, s.name, system)
-	res := RunResult{Workload: s.name, System: system, Rep: rep, AggregateType: aggType}
-	r.progress.step("%s · %s · rep %d/%d: %s", s.name, system, rep, r.cfg.Reps, s.what)
+	system := e.system
+	aggType := fmt.Sprintf("r%d_%s_%s", seq, s.name, e.name())
+	res := RunResult{Workload: s.name, System: system, Source: e.source, Rep: rep, AggregateType: aggType}
+	r.progress.step("%s · %s · rep %d/%d: %s", s.name, e.name(), rep, r.cfg.Reps, s.what)
 	if err := r.truncate(ctx); err != nil {
 		return res, err
 	}
+	pgStart, errPG := readPostgres(ctx, r.pool, r.cfg.Schema, r.postmaster)
 	tally := NewTally(aggType)
 	r.consumer.Count(tally)
 	commits := newCommits()
@@ -443,11 +527,19 @@ func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (R
 	if system == SystemFerry && r.temporal != nil {
 		before = r.scrapeCost(ctx)
 	}
-	sys, err := r.startSystem(ctx, system, seq)
+	sys, err := r.startSystem(ctx, e, seq)
 	if err != nil {
 		return res, err
 	}
 	defer func() { _ = sys.stop(30 * time.Second) }()
+	if e.source == SourceWAL {
+		defer func() {
+			_ = sys.stop(30 * time.Second) // the slot is dropped once nobody reads it
+			if err := r.dropSlot(context.WithoutCancel(ctx), seq); err != nil {
+				r.progress.say("the run's replication slot is left (it keeps WAL until the cluster is removed at the end): %v", err)
+			}
+		}()
+	}
 	readyAt := time.Now()
 
 	var temporalPid int
@@ -550,14 +642,30 @@ func (r *runner) runOne(ctx context.Context, s shape, system string, rep int) (R
 	if temporalPid != 0 {
 		tempEnd, _ = ReadProc(temporalPid)
 	}
+	// The relay's last updates (the marks after the last publish) reach
+	// pg_stat_user_tables only once its backends report them.
+	var pgEnd pgReading
+	if errPG == nil {
+		if sleepCtx(ctx, pgStatFlush) {
+			pgEnd, errPG = readPostgres(ctx, r.pool, r.cfg.Schema, r.postmaster)
+		} else {
+			errPG = ctx.Err()
+		}
+	}
 	stopSampling()
 	<-sampled
 	if produceErr != nil {
-		return res, fmt.Errorf("%s · %s: producer: %w", s.name, system, produceErr)
+		return res, fmt.Errorf("%s · %s: producer: %w", s.name, e.name(), produceErr)
+	}
+	if errPG != nil {
+		r.progress.say("PostgreSQL's counts of this run are not in the results: %v", errPG)
+	} else {
+		pc := postgresCost(pgStart, pgEnd)
+		res.Postgres = &pc
 	}
 
 	verdict, lat, last := tally.Check(commits.at)
-	if err := writeFile(filepath.Join(r.cfg.OutDir, "logs", fmt.Sprintf("run%02d-%s-latency.csv", seq, system)), func(w io.Writer) error {
+	if err := writeFile(filepath.Join(r.cfg.OutDir, "logs", fmt.Sprintf("run%02d-%s-latency.csv", seq, e.name())), func(w io.Writer) error {
 		return tally.writeTimeline(w, commits.at)
 	}); err != nil {
 		r.progress.say("latency timeline not written: %v", err)
