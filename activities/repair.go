@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/outbox"
@@ -225,3 +226,98 @@ func digest(payload string) string {
 	sum := sha256.Sum256([]byte(payload))
 	return hex.EncodeToString(sum[:])
 }
+
+// sqlLockUnheld reads a quarantined row and its aggregate's cursor, locking
+// both, so a concurrent claim or publish of the aggregate waits for the
+// repair.
+const sqlLockUnheld = `
+SELECT e.aggregate_type, e.aggregate_id, e.aggregate_version, e.payload::text, e.schema_version, e.status,
+       coalesce(a.delivered_version, 0)
+FROM outbox_events e
+LEFT JOIN outbox_aggregates a ON a.aggregate_type = e.aggregate_type AND a.aggregate_id = e.aggregate_id
+WHERE e.id = $1
+FOR UPDATE OF e`
+
+// sqlRequeue gives a quarantined row back to the poller with fresh
+// attempts (retry, and patch with the new payload).
+const sqlRequeue = `
+UPDATE outbox_events
+SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL, payload = $2::jsonb, schema_version = $3
+WHERE id = $1 AND status = 'quarantined'`
+
+// RepairUnheld repairs a quarantined row that no workflow holds: one whose
+// start or signal Temporal refused as invalid (poller.Config.MaxRefusedAttempts),
+// one migration 0007 quarantined, or one whose blocked workflow was
+// terminated. It is audited in ferry_repairs like ApplyRepair and applied
+// once per request id. skip marks the row skipped and moves the aggregate's
+// cursor past it, only when it is the next version to deliver (so no
+// earlier event is passed over); retry re-queues it as pending with fresh
+// attempts, and patch does so with the new payload or schema version.
+func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairRequest) (workflows.RepairResult, error) {
+	res := workflows.RepairResult{RequestID: req.RequestID, Action: req.Action, EventID: req.EventID}
+	switch {
+	case req.RequestID == "" || req.Actor == "" || req.Reason == "":
+		return res, fmt.Errorf("%w: a repair needs a request id, an actor and a reason", ErrInvalidRepair)
+	case req.Action != workflows.ActionSkip && req.Action != workflows.ActionRetry && req.Action != workflows.ActionPatch:
+		return res, fmt.Errorf("%w: action %q: use retry, skip or patch", ErrInvalidRepair, req.Action)
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, sqlFindRepair, req.RequestID).Scan(&res.AuditID); err == nil {
+			res.Duplicate = true
+			return nil
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("look up request %s: %w", req.RequestID, err)
+		}
+		var (
+			aggType, aggID, payload, status string
+			version, delivered              int64
+			schemaVersion                   int
+		)
+		err := tx.QueryRow(ctx, sqlLockUnheld, req.EventID).Scan(&aggType, &aggID, &version, &payload, &schemaVersion, &status, &delivered)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: event %s is not in outbox_events", ErrInvalidRepair, req.EventID)
+		}
+		if err != nil {
+			return fmt.Errorf("load event %s: %w", req.EventID, err)
+		}
+		res.Version = version
+		if status != "quarantined" {
+			return fmt.Errorf("%w: event %s is %s, not quarantined: nothing to repair", ErrInvalidRepair, req.EventID, status)
+		}
+		newPayload, newSchema := payload, schemaVersion
+		switch req.Action {
+		case workflows.ActionSkip:
+			if version != delivered+1 {
+				return fmt.Errorf("%w: event %s is %s/%s v%d, but v%d is not delivered yet: repair that one first, so no event is passed over",
+					ErrInvalidRepair, req.EventID, aggType, aggID, version, delivered+1)
+			}
+			_, err = tx.Exec(ctx, sqlSkip, req.EventID)
+		default:
+			if len(req.Payload) > 0 {
+				if verr := outbox.ValidatePayload(req.Payload, outbox.DefaultMaxPayloadBytes); verr != nil {
+					return fmt.Errorf("%w: %w", ErrInvalidRepair, verr)
+				}
+				newPayload = string(req.Payload)
+			}
+			if req.SchemaVersion > 0 {
+				newSchema = req.SchemaVersion
+			}
+			if _, err = tx.Exec(ctx, sqlRequeue, req.EventID, newPayload, newSchema); err == nil {
+				err = tx.QueryRow(ctx, `SELECT payload::text FROM outbox_events WHERE id = $1`, req.EventID).Scan(&newPayload)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s event %s: %w", req.Action, req.EventID, err)
+		}
+		return tx.QueryRow(ctx, sqlInsertRepair, req.RequestID, req.Actor, req.Action, req.EventID, aggType, aggID, version,
+			req.Reason, digest(payload), digest(newPayload), schemaVersion, newSchema).Scan(&res.AuditID)
+	})
+	if err != nil {
+		return res, fmt.Errorf("repair %s: %w", req.EventID, err)
+	}
+	return res, nil
+}
+
+// ErrInvalidRepair: RepairUnheld refused the request as it is; sending it
+// again changes nothing.
+var ErrInvalidRepair = errors.New("invalid repair")

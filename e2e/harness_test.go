@@ -144,6 +144,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			StartMode:        o.startMode,
 			MaxHistoryEvents: o.maxHistory,
 			Policies:         o.policies,
+			Metrics:          o.metrics.Relay(),
 			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 			TracerProvider:   o.tracer,
 		})

@@ -75,6 +75,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if m.relay, err = NewRelay(reg); err != nil {
 		return nil, err
 	}
+	m.relay.quarantined = m.quarantined
 	return m, nil
 }
 

@@ -17,6 +17,9 @@ type Relay struct {
 	publishErrors  *prometheus.CounterVec
 	latency        prometheus.Histogram
 	dispatches     *prometheus.CounterVec
+	// quarantined is Metrics' ferry_events_quarantined_total, when the
+	// relay metrics are part of a Metrics; nil otherwise.
+	quarantined *prometheus.CounterVec
 }
 
 // How a poller handed an aggregate's events to Temporal (label "how" of
@@ -96,6 +99,14 @@ func (r *Relay) Published(aggregateType string, createdAt time.Time) {
 func (r *Relay) PublishFailed(errorClass string) {
 	if r != nil {
 		r.publishErrors.WithLabelValues(errorClass).Inc()
+	}
+}
+
+// Quarantined counts one event a poller quarantined (Temporal refused its
+// start or signal as invalid) in ferry_events_quarantined_total.
+func (r *Relay) Quarantined(eventType, errorClass string) {
+	if r != nil && r.quarantined != nil {
+		r.quarantined.WithLabelValues(eventType, errorClass).Inc()
 	}
 }
 

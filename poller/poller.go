@@ -85,6 +85,15 @@ type Config struct {
 	// for IdleTimeout. Aggregates dispatched within IdleTimeout always get
 	// Signal-With-Start, so a busy aggregate keeps one run.
 	StartMode string
+	// MaxRefusedAttempts is how many claims of a row end in a start or
+	// signal that Temporal refuses as invalid (InvalidArgument: a request
+	// that can never succeed as it is, as opposed to Unavailable or a
+	// timeout) before the row is quarantined with Temporal's reason. It is
+	// then listed by `ferry status` and `ferry blocked`, counted in
+	// ferry_events_quarantined_total{error_class="TemporalRefused"}, and
+	// given up (or re-queued) with `ferry repair`. Attempts are counted at
+	// claim time. Default 3.
+	MaxRefusedAttempts int
 	// Metrics counts claims, signal failures and batch durations; nil
 	// counts nothing.
 	Metrics *metrics.Relay
@@ -152,6 +161,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.PublishBatchSize = cmp.Or(cfg.PublishBatchSize, workflows.DefaultPublishBatchSize)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.StartMode = cmp.Or(cfg.StartMode, StartOneShot)
+	cfg.MaxRefusedAttempts = cmp.Or(cfg.MaxRefusedAttempts, 3)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -181,6 +191,8 @@ func (cfg Config) Validate() error {
 			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
 	case cfg.PollInterval < 10*time.Millisecond:
 		return fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
+	case cfg.MaxRefusedAttempts < 1:
+		return fmt.Errorf("poller: Config.MaxRefusedAttempts %d: must be at least 1", cfg.MaxRefusedAttempts)
 	case cfg.StartMode != StartOneShot && cfg.StartMode != StartKeepAlive:
 		return fmt.Errorf("poller: Config.StartMode %q: use %q or %q", cfg.StartMode, StartOneShot, StartKeepAlive)
 	}
@@ -264,6 +276,7 @@ func (p *Poller) drain(ctx context.Context) error {
 type claimed struct {
 	id, aggType, aggID, eventType string
 	version                       int64
+	attempts                      int    // claims so far, this one included
 	traceParent, traceState       string // W3C, stored by the producer; may be empty
 }
 
@@ -300,7 +313,7 @@ UPDATE outbox_events e
 SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
 WHERE e.id IN (SELECT id FROM picked UNION ALL SELECT id FROM more)
 RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
-    coalesce(e.trace_parent, ''), coalesce(e.trace_state, '')`
+    coalesce(e.trace_parent, ''), coalesce(e.trace_state, ''), e.attempts`
 
 // claimExtension: a claim takes up to this many times BatchSize later rows
 // of the aggregates its BatchSize oldest rows belong to.
@@ -320,6 +333,26 @@ SET next_attempt_at = now() + LEAST(make_interval(secs => power(2, LEAST(attempt
     last_error = $3
 WHERE id = ANY($1::uuid[]) AND status = 'pending'`
 
+// sqlQuarantineRefused takes rows out of the claim for good: Temporal
+// refused their start or signal as invalid MaxRefusedAttempts times. No
+// workflow holds them; `ferry repair` skips or re-queues them.
+const sqlQuarantineRefused = `
+UPDATE outbox_events SET status = 'quarantined', last_error = $2
+WHERE id = ANY($1::uuid[]) AND status = 'pending'
+RETURNING event_type`
+
+// ErrClassTemporalRefused is the error class of a row quarantined because
+// Temporal refused its start or signal as invalid (Config.MaxRefusedAttempts).
+const ErrClassTemporalRefused = "TemporalRefused"
+
+// refused says whether Temporal refused a request as invalid: it fails the
+// same way however often it is sent. Unavailable, DeadlineExceeded,
+// ResourceExhausted and the like are outages and stay retryable.
+func refused(err error) bool {
+	var invalid *serviceerror.InvalidArgument
+	return errors.As(err, &invalid)
+}
+
 // RunOnce claims one batch, signals its aggregates and marks what Temporal
 // accepted. It returns the number of rows claimed. Aggregates whose signal
 // failed keep their rows pending; the error then says how many failed.
@@ -331,7 +364,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	}
 	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
 		var c claimed
-		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState)
+		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts)
 		return c, err
 	})
 	if err != nil {
@@ -365,10 +398,17 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	}
 	var firstErr error
 	for _, f := range failed {
-		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, f.ids, p.cfg.MaxBackoff, truncate(f.err.Error(), 1000)); err != nil {
+		firstErr = cmp.Or(firstErr, f.err)
+		release := f.ids
+		if refused(f.err) {
+			release = p.quarantineRefused(mctx, f)
+		}
+		if len(release) == 0 {
+			continue
+		}
+		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, release, p.cfg.MaxBackoff, truncate(f.err.Error(), 1000)); err != nil {
 			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
 		}
-		firstErr = cmp.Or(firstErr, f.err)
 	}
 	p.cfg.Metrics.Batch(len(batch), len(failed), time.Since(start))
 	p.log.Debug("relayed batch", "claimed", len(batch), "aggregates", len(groups), "signalled", len(ok), "failed_aggregates", len(failed))
@@ -376,6 +416,46 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 		return len(batch), fmt.Errorf("signal %d of %d aggregates (first error: %w)", len(failed), len(groups), firstErr)
 	}
 	return len(batch), nil
+}
+
+// quarantineRefused quarantines the rows of f that Temporal refused as
+// invalid on their MaxRefusedAttempts-th claim (or later), with Temporal's
+// reason, and returns the ids of the others, which are released as usual.
+func (p *Poller) quarantineRefused(ctx context.Context, f failure) (release []string) {
+	var give []claimed
+	for _, r := range f.rows {
+		if r.attempts >= p.cfg.MaxRefusedAttempts {
+			give = append(give, r)
+		} else {
+			release = append(release, r.id)
+		}
+	}
+	if len(give) == 0 {
+		return release
+	}
+	ids := make([]string, len(give))
+	for i, r := range give {
+		ids[i] = r.id
+	}
+	msg := truncate(fmt.Sprintf("quarantined (%s): Temporal refused it as invalid %d times, so it can never be delivered as it is: %v",
+		ErrClassTemporalRefused, give[0].attempts, f.err), 1000)
+	rows, err := p.cfg.Pool.Query(ctx, sqlQuarantineRefused, ids, msg)
+	var types []string
+	if err == nil {
+		types, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		// Released instead: the next claim counts another attempt and
+		// tries to quarantine them again.
+		p.log.Warn("could not quarantine rows Temporal refused", "aggregate", f.workflowID, "error", err)
+		return append(release, ids...)
+	}
+	for _, t := range types {
+		p.cfg.Metrics.Quarantined(t, ErrClassTemporalRefused)
+	}
+	p.log.Warn("Temporal refused the events as invalid; quarantined them (ferry blocked lists them, ferry repair skips them)",
+		"aggregate", f.workflowID, "events", len(ids), "attempts", give[0].attempts, "error", f.err)
+	return release
 }
 
 type aggregateGroup struct {
@@ -411,6 +491,7 @@ func group(batch []claimed) []*aggregateGroup {
 type failure struct {
 	workflowID string
 	ids        []string
+	rows       []claimed
 	err        error
 }
 
@@ -431,7 +512,7 @@ func (p *Poller) dispatch(ctx context.Context, groups []*aggregateGroup) (ok []s
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				failed = append(failed, failure{workflowID: workflows.WorkflowID(g.aggType, g.aggID), ids: g.ids, err: err})
+				failed = append(failed, failure{workflowID: workflows.WorkflowID(g.aggType, g.aggID), ids: g.ids, rows: g.rows, err: err})
 				return
 			}
 			ok = append(ok, g.ids...)

@@ -18,9 +18,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/status"
 	"github.com/ferry-outbox/ferry/outbox"
@@ -88,7 +90,9 @@ func setupTemporalCmd(g *globals) *cobra.Command {
 
 // blockedRow is one line of `ferry blocked`.
 type blockedRow struct {
+	// WorkflowID is empty for a row no workflow holds (NoWorkflow).
 	WorkflowID string    `json:"workflow_id"`
+	NoWorkflow bool      `json:"no_workflow,omitempty"`
 	EventID    string    `json:"event_id"`
 	EventType  string    `json:"event_type"`
 	ErrorClass string    `json:"error_class"`
@@ -129,7 +133,11 @@ func blockedCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.stdout, "%d blocked aggregate(s) in namespace %q:\n\n", len(rows), cfg.Namespace)
 			for _, r := range rows {
 				fmt.Fprintf(g.stdout, "%s  v%d  event %s (%s)\n", r.Aggregate, r.Version, r.EventID, r.EventType)
-				fmt.Fprintf(g.stdout, "  blocked since %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
+				if r.NoWorkflow {
+					fmt.Fprintf(g.stdout, "  quarantined without a workflow, committed %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
+				} else {
+					fmt.Fprintf(g.stdout, "  blocked since %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
+				}
 				if r.LastError != "" {
 					fmt.Fprintf(g.stdout, "  last error: %s\n", r.LastError)
 				}
@@ -192,6 +200,25 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 		r.Skip = fmt.Sprintf("ferry repair %s --action skip --reason '…'", r.EventID)
 		out = append(out, r)
 	}
+	// Quarantined rows no blocked workflow holds: Temporal refused their
+	// start or signal, migration 0007 quarantined them, or their workflow
+	// was terminated. `ferry repair` applies to them directly.
+	held := make(map[string]bool, len(blocked))
+	for _, b := range blocked {
+		held[strings.ToLower(b.EventID)] = true
+	}
+	unheld, _, err := status.UnheldRows(ctx, pool, held, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range unheld {
+		r := blockedRow{NoWorkflow: true, EventID: u.EventID, EventType: u.EventType, ErrorClass: u.ErrorClass, Since: u.CreatedAt,
+			Aggregate: u.Aggregate(), Version: u.Version}
+		r.LastError = redactLastError(red, u.AggregateType, u.EventType, u.Payload, u.LastError)
+		r.Retry = fmt.Sprintf("ferry repair %s --action retry --reason '…'", r.EventID)
+		r.Skip = fmt.Sprintf("ferry repair %s --action skip --reason '…'", r.EventID)
+		out = append(out, r)
+	}
 	return out, nil
 }
 
@@ -243,6 +270,27 @@ request id is derived from the event, action, actor, reason and payload).`,
 				return fmt.Errorf("look up event %s: %w", req.EventID, err)
 			}
 			wfID := workflows.WorkflowID(aggType, aggID)
+			// No running workflow: a quarantined row is repaired in place (a
+			// repeated request answers with its audit row); anything else
+			// is refused there, saying what the row is.
+			if !heldByWorkflow(ctx, c, aggID, wfID) {
+				res, err := activities.RepairUnheld(ctx, pool, req)
+				if err != nil {
+					red, _ := cfg.Redactor()
+					return errors.New("refused: " + red.Text(aggType, eventType, req.Payload, err.Error()))
+				}
+				if res.Duplicate {
+					fmt.Fprintf(g.stdout, "request %s was applied before (audit #%d): nothing done again\n", res.RequestID, res.AuditID)
+					return nil
+				}
+				next := "it is marked skipped and the aggregate continues with the next version"
+				if req.Action != workflows.ActionSkip {
+					next = "it is pending again, with fresh attempts"
+				}
+				fmt.Fprintf(g.stdout, "%s of event %s (%s v%d, no workflow holds it) applied to the row, audit #%d: %s.\n",
+					res.Action, res.EventID, aggregateName(aggType, aggID), res.Version, res.AuditID, next)
+				return nil
+			}
 			if viaSignal {
 				if err := c.SignalWorkflow(ctx, wfID, "", workflows.RepairSignal, req); err != nil {
 					return fmt.Errorf("signal %s: %w", wfID, err)
@@ -291,6 +339,33 @@ request id is derived from the event, action, actor, reason and payload).`,
 	_ = cmd.MarkFlagRequired("action")
 	_ = cmd.MarkFlagRequired("reason")
 	return cmd
+}
+
+// aggregateName is "TYPE/ID" as `ferry blocked` prints it.
+func aggregateName(aggType, aggID string) string {
+	return status.Unheld{AggregateType: aggType, AggregateID: aggID}.Aggregate()
+}
+
+// heldByWorkflow says whether a running workflow may hold the aggregate's
+// quarantined event, so the repair goes to it. An aggregate id Temporal
+// cannot take (migration 0007) has none; a describe that fails for any
+// other reason than NotFound counts as held, so the repair goes through
+// Temporal and its error is what the operator reads.
+func heldByWorkflow(ctx context.Context, c client.Client, aggID, wfID string) bool {
+	for _, b := range []byte(aggID) {
+		if b < 0x20 || b > 0x7e {
+			return false
+		}
+	}
+	d, err := c.DescribeWorkflowExecution(ctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 }
 
 func replayCmd(g *globals) *cobra.Command {

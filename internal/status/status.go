@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,12 @@ type Snapshot struct {
 	// lists all).
 	Blocked          []Blocked `json:"blocked"`
 	BlockedTruncated bool      `json:"blocked_truncated,omitempty"`
+	// Unheld are quarantined rows no blocked workflow holds (Temporal
+	// refused their start or signal, migration 0007 quarantined them, or
+	// their workflow was terminated): at most the first 100, oldest first
+	// (UnheldTruncated; `ferry blocked` lists all).
+	Unheld          []Unheld `json:"unheld"`
+	UnheldTruncated bool     `json:"unheld_truncated,omitempty"`
 	// EffectsWaiting are effect workflows (payments, e-mails) whose outcome
 	// is unknown: reconciling on their own, or escalated to an operator.
 	// Oldest first; at most the first 1000 running effect workflows are
@@ -65,6 +72,38 @@ type Blocked struct {
 	EventType  string    `json:"event_type"`
 	ErrorClass string    `json:"error_class"`
 	Since      time.Time `json:"since"`
+}
+
+// Unheld is a quarantined outbox row that no running workflow is blocked
+// at: `ferry repair` applies to it directly (skip, retry, patch).
+type Unheld struct {
+	EventID       string `json:"event_id"`
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	Version       int64  `json:"version"`
+	EventType     string `json:"event_type"`
+	// ErrorClass is read from last_error ("quarantined (CLASS): …").
+	ErrorClass string `json:"error_class"`
+	// LastError is not in the JSON: it may quote the payload (`ferry
+	// blocked` prints it through the redactor).
+	LastError string `json:"-"`
+	// CreatedAt is when the event was committed (a row does not record
+	// when it was quarantined).
+	CreatedAt time.Time `json:"created_at"`
+	// payload, for redacting LastError; not printed.
+	Payload *string `json:"-"`
+}
+
+// Aggregate is "TYPE/ID", the id quoted when it holds bytes outside
+// printable ASCII (the ones migration 0007 quarantines), so a terminal
+// shows them instead of acting on them.
+func (u Unheld) Aggregate() string {
+	for _, b := range []byte(u.AggregateID) {
+		if b < 0x20 || b > 0x7e {
+			return u.AggregateType + "/" + strconv.Quote(u.AggregateID)
+		}
+	}
+	return u.AggregateType + "/" + u.AggregateID
 }
 
 // EffectWaiting is one effect workflow whose outcome is unknown.
@@ -125,7 +164,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc conver
 	if dc == nil {
 		dc = converter.GetDefaultDataConverter()
 	}
-	s := Snapshot{At: time.Now().UTC(), Namespace: namespace, TaskQueue: taskQueue, Blocked: []Blocked{}}
+	s := Snapshot{At: time.Now().UTC(), Namespace: namespace, TaskQueue: taskQueue, Blocked: []Blocked{}, Unheld: []Unheld{}}
 	rows, err := pool.Query(ctx, sqlBacklog)
 	if err != nil {
 		return s, fmt.Errorf("read backlog: %w", err)
@@ -144,6 +183,13 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc conver
 		return s, fmt.Errorf("read throughput: %w", err)
 	}
 	if s.Blocked, s.BlockedTruncated, err = BlockedAggregates(ctx, c, namespace, maxBlocked); err != nil {
+		return s, err
+	}
+	held := make(map[string]bool, len(s.Blocked))
+	for _, b := range s.Blocked {
+		held[strings.ToLower(b.EventID)] = true
+	}
+	if s.Unheld, s.UnheldTruncated, err = UnheldRows(ctx, pool, held, maxBlocked); err != nil {
 		return s, err
 	}
 	if s.EffectsWaiting, s.EffectsTruncated, err = effectsWaiting(ctx, c, dc, namespace); err != nil {
@@ -188,6 +234,64 @@ func BlockedAggregates(ctx context.Context, c client.Client, namespace string, l
 			return out, false, nil
 		}
 	}
+}
+
+// sqlQuarantined reads quarantined rows, oldest first, through their
+// partial index (0002); $1 NULL reads all.
+const sqlQuarantined = `
+SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, coalesce(last_error, ''), created_at, payload::text
+FROM outbox_events WHERE status = 'quarantined'
+ORDER BY created_at
+LIMIT $1`
+
+// UnheldRows lists quarantined rows whose event id is not in held (the
+// lower-case event ids BlockedAggregates found), oldest first, at most
+// limit of them (0: all); more says there were more. A row a workflow has
+// just quarantined may show here until Temporal's list shows its block.
+func UnheldRows(ctx context.Context, pool *pgxpool.Pool, held map[string]bool, limit int) (out []Unheld, more bool, err error) {
+	out = []Unheld{}
+	var lim *int
+	if limit > 0 {
+		n := limit + len(held) + 1
+		lim = &n
+	}
+	rows, err := pool.Query(ctx, sqlQuarantined, lim)
+	if err != nil {
+		return out, false, fmt.Errorf("read quarantined rows: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unheld, error) {
+		var u Unheld
+		err := r.Scan(&u.EventID, &u.AggregateType, &u.AggregateID, &u.Version, &u.EventType, &u.LastError, &u.CreatedAt, &u.Payload)
+		return u, err
+	})
+	if err != nil {
+		return out, false, fmt.Errorf("read quarantined rows: %w", err)
+	}
+	for _, u := range all {
+		if held[strings.ToLower(u.EventID)] {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			return out, true, nil
+		}
+		u.ErrorClass = errorClass(u.LastError)
+		out = append(out, u)
+	}
+	return out, false, nil
+}
+
+// errorClass reads CLASS from "quarantined (CLASS): …", the form every
+// quarantine writes.
+func errorClass(lastError string) string {
+	rest, ok := strings.CutPrefix(lastError, "quarantined (")
+	if !ok {
+		return workflows.ErrClassUnknown
+	}
+	class, _, ok := strings.Cut(rest, ")")
+	if !ok || class == "" {
+		return workflows.ErrClassUnknown
+	}
+	return class
 }
 
 // effectsWaiting lists running effect workflows that are reconciling
@@ -317,6 +421,16 @@ func Render(w io.Writer, s Snapshot, color bool) {
 	}
 	if s.BlockedTruncated {
 		fmt.Fprintf(w, "  (the first %d; `ferry blocked` lists all)\n", len(s.Blocked))
+	}
+	if len(s.Unheld) > 0 {
+		fmt.Fprintf(w, "\n%sQuarantined without a workflow%s (no run holds them; `ferry repair` applies directly)\n", bold, reset)
+	}
+	for _, u := range s.Unheld {
+		fmt.Fprintf(w, "  %s%s%s v%d event %s (%s), %s, committed %s ago\n", red, u.Aggregate(), reset, u.Version, u.EventID, u.EventType, u.ErrorClass, age(s.At.Sub(u.CreatedAt)))
+		fmt.Fprintf(w, "    give the event up:  ferry repair %s --action skip --reason '…'\n", u.EventID)
+	}
+	if s.UnheldTruncated {
+		fmt.Fprintf(w, "  (the first %d; `ferry blocked` lists all)\n", len(s.Unheld))
 	}
 
 	fmt.Fprintf(w, "\n%sEffects waiting on reconciliation%s (outcome unknown)\n", bold, reset)

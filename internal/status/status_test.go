@@ -33,6 +33,10 @@ func snapshot() status.Snapshot {
 			WorkflowID: "ferry/order/42", EventID: "01a22c33-9c08-79d1-8323-db06efa6e315",
 			EventType: "paid", ErrorClass: "Unroutable", Since: at.Add(-2 * time.Hour),
 		}},
+		Unheld: []status.Unheld{{
+			EventID: "01a22c35-0000-7000-8000-000000000002", AggregateType: "order", AggregateID: "43", Version: 1,
+			EventType: "placed", ErrorClass: "TemporalRefused", LastError: "quarantined (TemporalRefused): …", CreatedAt: at.Add(-10 * time.Minute),
+		}},
 		EffectsWaiting: []status.EffectWaiting{
 			{WorkflowID: "ferry-effect/charge/01a22c33-9c08-79d1-8323-db06efa6e300", WorkflowType: "ferry.effects.Payment",
 				Phase: "escalated", ErrorClass: "PaymentUnknown", Since: at.Add(-3 * time.Hour)},
