@@ -98,9 +98,13 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, RepairUpdate, st.repair,
+	// An update that names no event (or expects an error class) can only
+	// have been accepted by code that knows the fields: rejected updates
+	// leave no trace in history, so the update path needs no version.
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, RepairUpdate,
+		func(ctx workflow.Context, req RepairRequest) (RepairResult, error) { return st.repair(ctx, req, true) },
 		workflow.UpdateHandlerOptions{Validator: func(_ workflow.Context, req RepairRequest) error {
-			return st.validate(req)
+			return st.validate(req, true)
 		}}); err != nil {
 		return err
 	}
@@ -109,12 +113,16 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 		for {
 			var req RepairRequest
 			repairSignals.Receive(ctx, &req)
-			if err := st.validate(req); err != nil {
-				st.reject(req, err)
+			// Runs recorded before repairs by error class rejected a
+			// signal without an event id; they replay that way.
+			byClass := req.byClass() &&
+				workflow.GetVersion(ctx, repairByClassChange, workflow.DefaultVersion, 1) >= 1
+			if err := st.validate(req, byClass); err != nil {
+				st.reject(ctx, req, err)
 				continue
 			}
-			if _, err := st.repair(ctx, req); err != nil {
-				st.reject(req, err)
+			if _, err := st.repair(ctx, req, byClass); err != nil {
+				st.reject(ctx, req, err)
 			}
 		}
 	})
@@ -561,7 +569,12 @@ var (
 // actor, a reason and (for patch) a payload that would be accepted as a new
 // event. A request id seen before is always accepted: it answers with the
 // earlier result.
-func (s *aggregateState) validate(req RepairRequest) error {
+//
+// byClass turns on repairs by error class: a request without an event id
+// then means "whatever is blocked here", and ExpectErrorClass, when set,
+// must be the blocked event's class. Off, a request must name the blocked
+// event (what runs recorded before the fields replay).
+func (s *aggregateState) validate(req RepairRequest, byClass bool) error {
 	if req.RequestID == "" {
 		return errors.New("request_id is empty: send a unique id so a retry of this request is applied once")
 	}
@@ -577,9 +590,14 @@ func (s *aggregateState) validate(req RepairRequest) error {
 		return fmt.Errorf("action %q: use retry, skip or patch", req.Action)
 	case s.blocked == nil:
 		return fmt.Errorf("aggregate %s/%s is not blocked: nothing to repair", s.in.AggregateType, s.in.AggregateID)
-	case req.EventID != s.blocked.EventID:
+	case byClass && req.EventID == "" && req.ExpectErrorClass == "":
+		return errors.New("event_id is empty: name the blocked event, or set expect_error_class to repair whatever is blocked here with that class")
+	case (!byClass || req.EventID != "") && req.EventID != s.blocked.EventID:
 		return fmt.Errorf("event %s is not the blocked event: %s/%s is blocked at event %s (v%d)",
 			req.EventID, s.in.AggregateType, s.in.AggregateID, s.blocked.EventID, s.blocked.Version)
+	case byClass && req.ExpectErrorClass != "" && req.ExpectErrorClass != s.blocked.ErrorClass:
+		return fmt.Errorf("%s/%s is blocked at event %s (v%d) with error class %s, not the expected %s",
+			s.in.AggregateType, s.in.AggregateID, s.blocked.EventID, s.blocked.Version, s.blocked.ErrorClass, req.ExpectErrorClass)
 	case s.repairing || s.decision != nil:
 		return errors.New("another repair of this event is in progress")
 	}
@@ -603,24 +621,34 @@ func (s *aggregateState) validate(req RepairRequest) error {
 
 // repair applies a validated request: the activity writes the audit row and
 // changes the outbox row; the main loop then acts on the decision.
-func (s *aggregateState) repair(ctx workflow.Context, req RepairRequest) (RepairResult, error) {
+//
+// A request that names no event is applied to the blocked one and audited
+// under "<request id>/<event id>": one batch request reaches many
+// aggregates, and ferry_repairs keeps one row per request id.
+func (s *aggregateState) repair(ctx workflow.Context, req RepairRequest, byClass bool) (RepairResult, error) {
 	if prev, ok := s.findRepair(req.RequestID); ok {
 		prev.Duplicate = true
 		return prev, nil
 	}
 	// Validated before, but another handler may have decided since.
-	if err := s.validate(req); err != nil {
+	if err := s.validate(req, byClass); err != nil {
 		return RepairResult{}, err
 	}
 	s.repairing = true
 	defer func() { s.repairing = false }()
+	audited := req
+	if req.EventID == "" {
+		audited.EventID = s.blocked.EventID
+		audited.RequestID = req.RequestID + "/" + s.blocked.EventID
+	}
 	var res RepairResult
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, bookkeepingOptions), RepairActivity, RepairInput{
-		Request: req, AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Version: s.blocked.Version,
+		Request: audited, AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Version: s.blocked.Version,
 	}).Get(ctx, &res)
 	if err != nil {
 		return RepairResult{}, err
 	}
+	res.RequestID = req.RequestID // what a repeat of the request is matched by
 	s.repairs = append(s.repairs, res)
 	if len(s.repairs) > keepRepairs {
 		s.repairs = s.repairs[len(s.repairs)-keepRepairs:]
@@ -638,12 +666,37 @@ func (s *aggregateState) findRepair(requestID string) (RepairResult, bool) {
 	return RepairResult{}, false
 }
 
-func (s *aggregateState) reject(req RepairRequest, err error) {
-	s.rejected = append(s.rejected, fmt.Sprintf("%s %s (request %s): %v", req.Action, req.EventID, req.RequestID, err))
+// reject drops a repair signal and makes the reason visible where an
+// operator looks, not only in the state query: the worker's log (a
+// warning), the workflow's memo (MemoRepairRejected, shown in the UI and
+// written to history) and the SDK metric ferry_repair_rejected, counted by
+// whatever metrics handler the worker's client has.
+func (s *aggregateState) reject(ctx workflow.Context, req RepairRequest, err error) {
+	line := fmt.Sprintf("%s %s (request %s): %v", req.Action, cmp.Or(req.EventID, "by class "+req.ExpectErrorClass), req.RequestID, err)
+	s.rejected = append(s.rejected, line)
 	if len(s.rejected) > 20 {
 		s.rejected = s.rejected[len(s.rejected)-20:]
 	}
+	workflow.GetLogger(ctx).Warn("repair rejected", "request_id", req.RequestID, "action", req.Action,
+		"event_id", req.EventID, "expect_error_class", req.ExpectErrorClass, "reason", err.Error())
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"action": req.Action}).Counter("ferry_repair_rejected").Inc(1)
+	// Runs recorded before the memo rejected without a command.
+	if workflow.GetVersion(ctx, rejectionMemoChange, workflow.DefaultVersion, 1) >= 1 {
+		if merr := workflow.UpsertMemo(ctx, map[string]any{MemoRepairRejected: line}); merr != nil {
+			workflow.GetLogger(ctx).Warn("could not record the rejected repair in the memo", "error", merr)
+		}
+	}
 }
+
+// Change ids of workflow.GetVersion in the aggregate workflow.
+const (
+	// repairByClassChange: a repair signal without an event id, or with
+	// an expected error class (RepairRequest.ExpectErrorClass).
+	repairByClassChange = "repair-by-class"
+	// rejectionMemoChange: a rejected repair signal upserts
+	// MemoRepairRejected.
+	rejectionMemoChange = "repair-rejection-memo"
+)
 
 func (s *aggregateState) handlersDone(ctx workflow.Context) bool {
 	return workflow.AllHandlersFinished(ctx) && !s.repairing

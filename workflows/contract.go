@@ -276,16 +276,29 @@ type RepairRequest struct {
 	// RequestID makes the request idempotent: the same id is applied once.
 	RequestID string `json:"request_id"`
 	Action    string `json:"action"`
-	// EventID must be the blocked event's id.
+	// EventID must be the blocked event's id. Empty, the request means
+	// "whatever is blocked here" and needs ExpectErrorClass: what one batch
+	// signal or update by query sends to many aggregates, each blocked at
+	// its own event (audited as "<request id>/<event id>").
 	EventID string `json:"event_id"`
-	Reason  string `json:"reason"`
-	Actor   string `json:"actor"`
+	// ExpectErrorClass, when set, must be the blocked event's error class
+	// (FerryErrorClass), or the request is rejected.
+	ExpectErrorClass string `json:"expect_error_class,omitempty"`
+	Reason           string `json:"reason"`
+	Actor            string `json:"actor"`
 	// Payload replaces the event's payload (patch only; optional if
 	// SchemaVersion is set).
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// SchemaVersion replaces the event's schema version (patch only).
 	SchemaVersion int `json:"schema_version,omitempty"`
 }
+
+// byClass: the request uses the fields of repairs by error class.
+func (r RepairRequest) byClass() bool { return r.EventID == "" || r.ExpectErrorClass != "" }
+
+// MemoRepairRejected is the memo key under which an aggregate workflow
+// keeps the last repair signal it rejected, with the reason.
+const MemoRepairRejected = "ferry.repair_rejected"
 
 // RepairResult answers a RepairRequest.
 type RepairResult struct {

@@ -185,6 +185,7 @@ func (f *repairFakes) attemptTimes(eventID string) []time.Time {
 type saRecorder struct {
 	interceptor.WorkerInterceptorBase
 	upserts []saUpsert // written on the workflow's goroutine; read after the run or from a delayed callback
+	memos   []map[string]any
 }
 
 type saUpsert struct {
@@ -230,6 +231,14 @@ func (o *saOutbound) UpsertTypedSearchAttributes(ctx workflow.Context, updates .
 		attrs[workflows.SABlockedSince] = v.UTC()
 	}
 	o.rec.upserts = append(o.rec.upserts, saUpsert{at: o.Next.Now(ctx).UTC(), attrs: attrs})
+	return nil
+}
+
+func (o *saOutbound) UpsertMemo(ctx workflow.Context, memo map[string]any) error {
+	if err := o.Next.UpsertMemo(ctx, memo); err != nil {
+		return err
+	}
+	o.rec.memos = append(o.rec.memos, memo)
 	return nil
 }
 
@@ -706,6 +715,64 @@ func TestRepairBySignal(t *testing.T) {
 	}}, c.repairs)
 	require.Equal(t, ids(1, 3), c.published)
 	require.Equal(t, append(append(ids(1), repeat("evt-2", 2)...), "evt-3"), c.attempts)
+}
+
+// One request without an event id, expecting an error class, is what a
+// batch signal by query sends every blocked aggregate: it repairs whatever
+// is blocked there when it is blocked with that class, audited under
+// "<request id>/<event id>"; with another class it is rejected, and the
+// rejection is in the memo (history, UI), not only in the state query.
+func TestRepairBySignalByErrorClass(t *testing.T) {
+	t.Parallel()
+	b := setupBlockedAtEvt2(t)
+	byClass := func(class string) workflows.RepairRequest {
+		return workflows.RepairRequest{RequestID: "batch-1", Action: workflows.ActionRetry, ExpectErrorClass: class, Actor: "ops", Reason: "queue bound"}
+	}
+	noClass := byClass("")
+	noClass.RequestID = "batch-0"
+	b.repairSignalAt(time.Hour-2*time.Second, noClass)
+	b.repairSignalAt(time.Hour-time.Second, byClass("PayloadTooLarge"))
+	rejected := b.observeAt(time.Hour - time.Second/2)
+	b.healAt(time.Hour, "evt-2")
+	b.repairSignalAt(time.Hour, byClass("Unroutable"))
+	b.run(qinput(maxAttempts(2)))
+
+	require.NoError(t, rejected.err)
+	require.Len(t, rejected.state.Rejected, 2)
+	require.Contains(t, rejected.state.Rejected[0], "event_id is empty: name the blocked event, or set expect_error_class")
+	require.Contains(t, rejected.state.Rejected[1], "blocked at event evt-2 (v2) with error class Unroutable, not the expected PayloadTooLarge")
+	require.Empty(t, rejected.calls.repairs)
+	require.Len(t, b.sa.memos, 2)
+	require.Contains(t, b.sa.memos[1][workflows.MemoRepairRejected], "not the expected PayloadTooLarge")
+
+	c := b.fakes.calls()
+	want := byClass("Unroutable")
+	want.EventID, want.RequestID = "evt-2", "batch-1/evt-2"
+	require.Equal(t, []workflows.RepairInput{{Request: want, AggregateType: "order", AggregateID: "o-1", Version: 2}}, c.repairs)
+	require.Equal(t, ids(1, 2, 3), c.published)
+}
+
+// The same request by update: a validator error for a class that does not
+// match, the blocked event's audit for one that does; a repeat of the
+// request id answers with the first result.
+func TestRepairByUpdateByErrorClass(t *testing.T) {
+	t.Parallel()
+	b := setupBlockedAtEvt2(t)
+	req := workflows.RepairRequest{RequestID: "batch-2", Action: workflows.ActionSkip, ExpectErrorClass: "Timeout", Actor: "ops", Reason: "gone"}
+	wrong := b.repairAt(time.Hour, "u-0", req)
+	req.ExpectErrorClass = "Unroutable"
+	right := b.repairAt(time.Hour+time.Second, "u-1", req)
+	again := b.repairAt(time.Hour+2*time.Second, "u-2", req)
+	b.run(qinput(maxAttempts(2)))
+
+	require.ErrorContains(t, wrong.rejected, "with error class Unroutable, not the expected Timeout")
+	requireApplied(t, right, workflows.RepairResult{RequestID: "batch-2", Action: "skip", EventID: "evt-2", Version: 2, AuditID: 1})
+	require.True(t, again.completed)
+	require.True(t, again.result.Duplicate)
+	c := b.fakes.calls()
+	require.Len(t, c.repairs, 1)
+	require.Equal(t, "batch-2/evt-2", c.repairs[0].Request.RequestID)
+	require.Equal(t, ids(1, 3), c.published)
 }
 
 // A repair that arrives while another's activity is running is refused:
