@@ -14,9 +14,10 @@ import (
 
 // PostgresCost is what PostgreSQL did during one run: from the first
 // reading (after the tables were emptied, before the relay started and
-// before a backlog was committed) to the last (once every event arrived and
-// the backends had time to report their table statistics). It includes the
-// producer's inserts and the relay's start, alike for every system.
+// before a backlog was committed) to the last (WAL and CPU: pgStatFlush
+// after the last event arrived; rows updated: once the relay stopped and
+// its backends reported their statistics). It includes the producer's
+// inserts and the relay's start, alike for every system.
 type PostgresCost struct {
 	// RowsUpdated in outbox_events: pg_stat_user_tables.n_tup_upd, which
 	// counts HOT updates too; HOTUpdated is that part of it
@@ -41,13 +42,14 @@ type pgReading struct {
 
 // sqlOutboxStats reads the outbox table's update counters and the WAL
 // position in one statement. pg_stat_user_tables shows what backends have
-// reported: a backend reports at most once a second, and an idle one
-// within a second or so of going idle (PostgreSQL 15), hence pgStatFlush.
+// reported: a busy backend reports at most once a second, one that went
+// idle within 10s, one that exits as it ends (PostgreSQL 15).
 const sqlOutboxStats = `SELECT s.n_tup_upd, s.n_tup_hot_upd, pg_current_wal_lsn()::text
 FROM pg_stat_user_tables s WHERE s.schemaname = $1 AND s.relname = 'outbox_events'`
 
-// pgStatFlush is how long a run waits after its last event before the last
-// reading, so that the relay's last updates are in the statistics.
+// pgStatFlush is how long a run waits after its last event before it reads
+// the WAL position and CPU time, so that the relay's last marks (after the
+// last publish) are in them.
 const pgStatFlush = 2 * time.Second
 
 // readPostgres reads the counters; with postmaster > 0 also the CPU time

@@ -685,7 +685,7 @@ func (res *Results) writePostgres(w io.Writer) {
 	if !measured {
 		return
 	}
-	fmt.Fprintf(w, "\nPostgreSQL per event (from emptied tables to 2s after the last event arrived; the producer's inserts included):\n")
+	fmt.Fprintf(w, "\nPostgreSQL per event (from emptied tables to 2s after the last event arrived, rows updated to the relay's stop; the producer's inserts included):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-12s\t%-11s\toutbox rows updated/ev\tof them HOT\tWAL bytes/ev\tCPU s/1k ev PostgreSQL\t\n", "workload", "system")
 	for _, ws := range res.Workloads {

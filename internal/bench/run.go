@@ -442,6 +442,27 @@ func (r *runner) startSystem(ctx context.Context, e entry, seq int) (*child, err
 	return c, nil
 }
 
+// settledUpdates reads outbox_events' update counters until two readings
+// 500ms apart agree (at most 10s): the stopped relay's backends report
+// theirs as they exit, a moment after the relay did.
+func (r *runner) settledUpdates(ctx context.Context) (updated, hot int64, err error) {
+	var last pgReading
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		cur, err := readPostgres(ctx, r.pool, r.cfg.Schema, 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		if (i > 0 && cur.updated == last.updated && cur.hotUpdated == last.hotUpdated) || time.Now().After(deadline) {
+			return cur.updated, cur.hotUpdated, nil
+		}
+		last = cur
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return 0, 0, ctx.Err()
+		}
+	}
+}
+
 // ferryEnv is the environment of run seq's ferry processes with source.
 func (r *runner) ferryEnv(source string, seq int) []string {
 	env := []string{
@@ -724,6 +745,18 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	}
 	if err := sys.stop(30 * time.Second); err != nil {
 		r.progress.say("%v", err)
+	}
+	if res.Postgres != nil {
+		// A busy backend that goes idle may hold its table statistics for
+		// up to 10s (PostgreSQL 15's PGSTAT_IDLE_INTERVAL); one that exits
+		// reports them as it ends. So the rows updated are read once the
+		// relay's connections are gone.
+		if updated, hot, err := r.settledUpdates(ctx); err != nil {
+			r.progress.say("outbox rows updated of this run are not in the results: %v", err)
+			res.Postgres = nil
+		} else {
+			res.Postgres.RowsUpdated, res.Postgres.HOTUpdated = updated-pgStart.updated, hot-pgStart.hotUpdated
+		}
 	}
 	if system == SystemFerry && r.tc != nil {
 		ids := s.aggregateIDs(res.Events)
