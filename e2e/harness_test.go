@@ -47,14 +47,20 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	db := testenv.Postgres(t)
+	return setupOn(t, testenv.Postgres(t), testenv.RabbitMQ(t))
+}
+
+// setupOn is setup on a schema and a broker of the caller's choice (a
+// private PostgreSQL or RabbitMQ node that the test may stop).
+func setupOn(t *testing.T, db *testenv.DB, br *testenv.Broker) *env {
+	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, note text NOT NULL)`)
 	require.NoError(t, err)
 	w, err := outbox.NewWriter(outbox.Config{})
 	require.NoError(t, err)
 	return &env{
 		db:        db,
-		br:        testenv.RabbitMQ(t),
+		br:        br,
 		taskQueue: testenv.Name("tq"),
 		aggType:   testenv.Name("order"),
 		writer:    w,
@@ -186,6 +192,7 @@ type delivery struct {
 	id      string
 	aggID   string
 	version int64
+	at      time.Time // when the tap received it (zero elsewhere)
 }
 
 func parse(t *testing.T, d amqp.Delivery) delivery {
@@ -240,33 +247,70 @@ func (l *ledger) requireInOrder(t *testing.T) {
 }
 
 // consume reads the test queue into a new ledger, on a connection of its
-// own, until stop is called or the test ends.
+// own, until stop is called or the test ends. When the broker goes away (a
+// test restarting its own node), it consumes again once the broker is back;
+// a copy the broker redelivers then (read, not yet acknowledged, when the
+// connection broke) is the same copy again and is not counted twice.
 func (e *env) consume(t *testing.T) (l *ledger, stop func()) {
 	t.Helper()
-	conn, err := amqp.Dial(e.br.URL)
-	require.NoError(t, err)
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, ch.Qos(500, 0, false))
 	ctx, cancel := context.WithCancel(context.Background())
-	deliveries, err := ch.ConsumeWithContext(ctx, e.br.Queue, "", false, false, false, false, nil)
+	conn, deliveries, err := e.tapSession(ctx)
 	require.NoError(t, err)
 	l = newLedger()
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer conn.Close()
-		for d := range deliveries {
-			v, _ := d.Headers[activities.HeaderAggregateVersion].(int64)
-			aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
-			l.add(delivery{id: d.MessageId, aggID: aggID, version: v})
-			_ = d.Ack(false)
+	wg.Go(func() {
+		for {
+			for d := range deliveries {
+				v, _ := d.Headers[activities.HeaderAggregateVersion].(int64)
+				aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
+				l.mu.Lock()
+				again := d.Redelivered && l.seen[d.MessageId]
+				l.mu.Unlock()
+				if !again {
+					l.add(delivery{id: d.MessageId, aggID: aggID, version: v, at: time.Now()})
+				}
+				_ = d.Ack(false)
+			}
+			_ = conn.Close()
+			for ctx.Err() == nil {
+				if conn, deliveries, err = e.tapSession(ctx); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
 		}
-	}()
+	})
 	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
 	return l, stop
+}
+
+// tapSession opens a connection and a consumer on the test queue; the
+// deliveries end when ctx does or the connection breaks.
+func (e *env) tapSession(ctx context.Context) (*amqp.Connection, <-chan amqp.Delivery, error) {
+	conn, err := amqp.Dial(e.br.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Qos(500, 0, false)
+	}
+	var deliveries <-chan amqp.Delivery
+	if err == nil {
+		deliveries, err = ch.ConsumeWithContext(ctx, e.br.Queue, "", false, false, false, false, nil)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return conn, deliveries, nil
 }
 
 // commitN commits n events (each with its business row) spread round-robin

@@ -50,9 +50,15 @@ func withPassword(t *testing.T, raw, password string) string {
 // Ferry over TLS everywhere it can be, with secrets everywhere they can be:
 // a PostgreSQL password, RabbitMQ over amqps (peer verified against a CA)
 // with a user of its own, Temporal over mTLS with an API key (the embedded
-// server does not check the key; it is sent, and must never show). Every command
-// runs as a child process at debug level, succeeds, and never prints a
-// secret, neither in its output nor in its logs; a failing one neither.
+// server does not check the key; it is sent, and must never show). Every
+// command that connects to a service runs as a child process at debug level
+// and never prints a secret, neither in its output nor in its logs; a
+// failing one neither: run, poller, worker, consume-example, migrate, ping
+// (also with a config file, and five ways of failing), setup-temporal,
+// status (text and JSON), blocked, replay, repair (refused: the event is not
+// quarantined) and --help. Not run here: dev (it serves its own embedded
+// Temporal server, no TLS, no API key), codec-server (it connects to
+// nothing) and wal drop-slot (it needs a wal_level=logical cluster).
 func TestSecretsNeverPrinted(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -96,6 +102,30 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	ids := e.commitN(t, 20, 4)
 	waitFor(t, time.Minute, "delivery over amqps and Temporal mTLS", func() bool { return l.unique() == len(ids) })
 	stop()
+
+	env := append(base, secure...)
+	// The operator's commands, while `ferry run` serves the workflows.
+	var delivered string
+	for id := range ids {
+		delivered = id
+		break
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"setup-temporal"}, 0},
+		{[]string{"status"}, 0},
+		{[]string{"status", "--json"}, 0},
+		{[]string{"blocked"}, 0},
+		{[]string{"replay", "--event", delivered, "--reason", "secrets test", "--actor", "test"}, 0},
+		{[]string{"repair", delivered, "--action", "retry", "--reason", "secrets test", "--actor", "test"}, 1},
+	} {
+		code, out := ferry(t, env, c.args...)
+		require.Equal(t, c.code, code, "ferry %s:\n%s", strings.Join(c.args, " "), out)
+		check("ferry "+strings.Join(c.args, " "), out)
+	}
+
 	require.NoError(t, run.cmd.Process.Signal(syscall.SIGTERM))
 	run.waitExit(t, time.Minute)
 	require.NoError(t, run.err, "ferry run output:\n%s", run.out.String())
@@ -104,7 +134,17 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	_, rejected := temporalTLS.Handshakes()
 	require.Zero(t, rejected, "the client certificate was accepted")
 
-	env := append(base, secure...)
+	// The other long-running commands: started, given time to connect and
+	// log at debug level, stopped.
+	for _, sub := range []string{"poller", "worker", "consume-example"} {
+		p := e.startProcess(t, sub, secure...)
+		time.Sleep(3 * time.Second)
+		require.False(t, p.exited(), "ferry %s runs:\n%s", sub, p.out.String())
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		p.waitExit(t, time.Minute)
+		check("ferry "+sub, p.out.String())
+	}
+
 	code, out := ferry(t, env, "ping")
 	require.Equal(t, 0, code, out)
 	check("ferry ping", out)
