@@ -148,7 +148,8 @@ func (g *globals) config() (app.Config, *slog.Logger, error) {
 }
 
 func migrateCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var lockTimeout time.Duration
+	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade Ferry's tables (idempotent, safe to run concurrently)",
 		Args:  cobra.NoArgs,
@@ -157,12 +158,17 @@ func migrateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return migrate(cmd.Context(), cfg, g.stdout)
+			return migrate(cmd.Context(), cfg, lockTimeout, g.stdout)
 		},
 	}
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", envDuration("FERRY_MIGRATE_LOCK_TIMEOUT", schema.DefaultLockTimeout),
+		"each migration gives up, changing nothing, when it waits longer than this for a table lock; 0: no limit (FERRY_MIGRATE_LOCK_TIMEOUT)")
+	return cmd
 }
 
-func migrate(ctx context.Context, cfg app.Config, out io.Writer) error {
+// migrate applies the migrations; lockTimeout 0 waits for table locks as
+// long as it takes.
+func migrate(ctx context.Context, cfg app.Config, lockTimeout time.Duration, out io.Writer) error {
 	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	pool, err := app.OpenPool(cctx, cfg.PostgresURL)
@@ -170,9 +176,12 @@ func migrate(ctx context.Context, cfg app.Config, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	res, err := schema.Migrate(ctx, pool, func(m schema.Migration) {
+	if lockTimeout == 0 {
+		lockTimeout = -1 // MigrateWith's "no limit"
+	}
+	res, err := schema.MigrateWith(ctx, pool, schema.MigrateOptions{LockTimeout: lockTimeout, Progress: func(m schema.Migration) {
 		fmt.Fprintf(out, "applying %04d_%s…\n", m.Version, m.Name)
-	})
+	}})
 	if err != nil {
 		return err
 	}

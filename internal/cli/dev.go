@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/demo"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/schema"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -75,7 +76,7 @@ which prints what it applies and what it deduplicates.`,
 			cfg.TemporalAddress = srv.FrontendAddress()
 			devCodec.serve(srv.UIURL())
 
-			if err := migrate(ctx, cfg, out); err != nil {
+			if err := migrate(ctx, cfg, schema.DefaultLockTimeout, out); err != nil {
 				return err
 			}
 
