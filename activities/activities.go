@@ -117,6 +117,8 @@ func (a *Activities) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.QuarantineEvent, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	r.RegisterActivityWithOptions(a.ApplyRepair, activity.RegisterOptions{Name: workflows.RepairActivity})
 	r.RegisterActivityWithOptions(a.ReplayEvent, activity.RegisterOptions{Name: workflows.ReplayActivity})
+	r.RegisterActivityWithOptions(a.HoldEvents, activity.RegisterOptions{Name: workflows.HoldEventsActivity})
+	r.RegisterActivityWithOptions(a.ReleaseHeld, activity.RegisterOptions{Name: workflows.ReleaseHeldActivity})
 	r.RegisterActivityWithOptions(a.PurgeOutbox, activity.RegisterOptions{Name: workflows.PurgeActivity})
 	r.RegisterActivityWithOptions(a.ReconcileDispatches, activity.RegisterOptions{Name: workflows.ReconcileActivity})
 }

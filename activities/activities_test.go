@@ -491,7 +491,7 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	var r recordingRegistry
 	acts.Register(&r)
 
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity}, r.names)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity, workflows.PurgeActivity, workflows.ReconcileActivity}, r.names)
 }
 
 func deleteExchange(t *testing.T, name string) {

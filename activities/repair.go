@@ -222,6 +222,42 @@ func blanked(payload []byte) bool {
 	return p == "" || p == "null"
 }
 
+// sqlHold hands rows back: pending again, out of the claim for
+// HoldInterval, marked so that a poller whose signal of them returned
+// after this does not mark them dispatched. A published row stays
+// published.
+const sqlHold = `
+UPDATE outbox_events
+SET status = 'pending', next_attempt_at = now() + $2::interval, last_error = $3
+WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'dispatched')`
+
+// sqlReleaseHeld makes an aggregate's held rows claimable now; the unique
+// (aggregate_type, aggregate_id, aggregate_version) index finds them.
+const sqlReleaseHeld = `
+UPDATE outbox_events
+SET next_attempt_at = now(), last_error = NULL
+WHERE aggregate_type = $1 AND aggregate_id = $2 AND status = 'pending' AND last_error LIKE '` + workflows.HeldPrefix + `%'`
+
+// HoldEvents hands back to PostgreSQL the events a blocked aggregate
+// workflow does not keep (AggregateInput.MaxBlockedRefs): they stay
+// pending and are claimed again once ReleaseHeld ran, or after
+// workflows.HoldInterval.
+func (a *Activities) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
+	msg := fmt.Sprintf("%saggregate blocked at event %s; claimed again after its repair", workflows.HeldPrefix, in.BlockedEventID)
+	if _, err := a.pool.Exec(ctx, sqlHold, in.EventIDs, workflows.HoldInterval, msg); err != nil {
+		return fmt.Errorf("hold %d events of %s/%s: %w", len(in.EventIDs), in.AggregateType, in.AggregateID, err)
+	}
+	return nil
+}
+
+// ReleaseHeld makes an aggregate's held events claimable at once.
+func (a *Activities) ReleaseHeld(ctx context.Context, in workflows.ReleaseHeldInput) error {
+	if _, err := a.pool.Exec(ctx, sqlReleaseHeld, in.AggregateType, in.AggregateID); err != nil {
+		return fmt.Errorf("release held events of %s/%s: %w", in.AggregateType, in.AggregateID, err)
+	}
+	return nil
+}
+
 func digest(payload string) string {
 	sum := sha256.Sum256([]byte(payload))
 	return hex.EncodeToString(sum[:])

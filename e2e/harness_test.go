@@ -81,6 +81,7 @@ type ferryOpts struct {
 	idleTimeout time.Duration
 	startMode   string // poller.Config.StartMode; default one-shot
 	maxHistory  int
+	maxBlocked  int // poller.Config.MaxBlockedRefs; zero: the default
 	policies    map[string]workflows.EventPolicy
 	noWorker    bool              // pollers only
 	noPoller    bool              // a worker only
@@ -150,6 +151,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			StartMode:        o.startMode,
 			MaxHistoryEvents: o.maxHistory,
 			Policies:         o.policies,
+			MaxBlockedRefs:   o.maxBlocked,
 			Metrics:          o.metrics.Relay(),
 			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 			TracerProvider:   o.tracer,

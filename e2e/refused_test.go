@@ -129,7 +129,10 @@ func TestRefusedEventsAreQuarantinedListedAndSkipped(t *testing.T) {
 	require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT delivered_version FROM outbox_aggregates WHERE aggregate_type = $1 AND aggregate_id = 'BAD'`, e.aggType).Scan(&delivered))
 	require.Equal(t, int64(2), delivered)
 
+	// (Other tests' workflows share the namespace: only this test's
+	// aggregates are known to be gone.)
 	code, out = ferry(t, env, "blocked")
 	require.Equal(t, 0, code, out)
-	require.Contains(t, out, "no blocked aggregates")
+	require.NotContains(t, out, e.aggType+"/")
+	require.NotContains(t, out, "quarantined without a workflow")
 }

@@ -74,6 +74,11 @@ type Config struct {
 	// events one fast-path publish takes; -1 turns the fast path off (one
 	// regular activity per event). Default workflows.DefaultPublishBatchSize.
 	PublishBatchSize int
+	// MaxBlockedRefs is passed to new aggregate workflows: the most event
+	// references a blocked one keeps; the rows of events signalled beyond
+	// it stay pending in PostgreSQL and are claimed again after the
+	// repair. -1: no bound. Default workflows.DefaultMaxBlockedRefs.
+	MaxBlockedRefs int
 	// MaxHistoryEvents is passed to new aggregate workflows: they
 	// continue-as-new at this history length. Zero: the workflow's default.
 	MaxHistoryEvents int
@@ -162,6 +167,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.StartMode = cmp.Or(cfg.StartMode, StartOneShot)
 	cfg.MaxRefusedAttempts = cmp.Or(cfg.MaxRefusedAttempts, 3)
+	cfg.MaxBlockedRefs = cmp.Or(cfg.MaxBlockedRefs, workflows.DefaultMaxBlockedRefs)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -191,6 +197,8 @@ func (cfg Config) Validate() error {
 			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
 	case cfg.PollInterval < 10*time.Millisecond:
 		return fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
+	case cfg.MaxBlockedRefs < -1 || cfg.MaxBlockedRefs == 0:
+		return fmt.Errorf("poller: Config.MaxBlockedRefs %d: use at least 1, or -1 for no bound", cfg.MaxBlockedRefs)
 	case cfg.MaxRefusedAttempts < 1:
 		return fmt.Errorf("poller: Config.MaxRefusedAttempts %d: must be at least 1", cfg.MaxRefusedAttempts)
 	case cfg.StartMode != StartOneShot && cfg.StartMode != StartKeepAlive:
@@ -320,10 +328,12 @@ RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.e
 const claimExtension = 4
 
 // sqlMarkDispatched: only after Temporal accepted the signal. A row the
-// workflow already published stays published.
+// workflow already published stays published, and one a blocked workflow
+// handed back before the signal returned (workflows.HeldPrefix) stays
+// pending, or nothing would claim it again.
 const sqlMarkDispatched = `
 UPDATE outbox_events SET status = 'dispatched', dispatched_at = now(), last_error = NULL
-WHERE id = ANY($1::uuid[]) AND status = 'pending'`
+WHERE id = ANY($1::uuid[]) AND status = 'pending' AND coalesce(last_error, '') NOT LIKE '` + workflows.HeldPrefix + `%'`
 
 // sqlRelease gives rows whose signal failed back, after an exponential
 // backoff by attempts (1s, 2s, 4s… capped).
@@ -538,6 +548,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		IdleTimeout:      p.cfg.IdleTimeout,
 		MaxHistoryEvents: p.cfg.MaxHistoryEvents,
 		PublishBatchSize: max(p.cfg.PublishBatchSize, 0),
+		MaxBlockedRefs:   max(p.cfg.MaxBlockedRefs, 0),
 		Policies:         p.cfg.Policies,
 		Revision:         workflows.CurrentRevision,
 	}

@@ -181,7 +181,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
+		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, MaxBlockedRefs: 9,
 	})
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -189,7 +189,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
+		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, MaxBlockedRefs: 9,
 	}, p.cfg)
 }
 
@@ -207,6 +207,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		{"batch size above the limit", Config{BatchSize: 10001}, []string{"Config.BatchSize", "10001"}},
 		{"negative concurrency", Config{Concurrency: -1}, []string{"Config.Concurrency", "-1"}},
 		{"negative refused attempts", Config{MaxRefusedAttempts: -1}, []string{"Config.MaxRefusedAttempts", "-1"}},
+		{"blocked refs below -1", Config{MaxBlockedRefs: -2}, []string{"Config.MaxBlockedRefs", "-2"}},
 		{
 			"lease equal to signal + mark timeout",
 			Config{Lease: 10 * time.Second}, // defaults: SignalTimeout 5s + MarkTimeout 5s

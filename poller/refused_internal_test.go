@@ -108,3 +108,31 @@ func TestRefusedStartQuarantinesAfterBoundedAttempts(t *testing.T) {
 	st, _ := statusOf(t, db, outage)
 	require.Equal(t, "pending", st, "an outage quarantined a row")
 }
+
+// A row the (blocked) workflow handed back while its start was in flight
+// stays pending, out of the claim until released; the others are marked.
+// New runs get the bound on what a blocked run keeps.
+func TestDispatchDoesNotMarkHeldRows(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	kept := insertEvent(t, db.Pool, "order", "o-1", nil)
+	held := insertEvent(t, db.Pool, "order", "o-1", nil)
+	rec := &fakeTemporal{during: func() {
+		_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET status = 'pending', next_attempt_at = now() + interval '1 hour',
+			last_error = $2 WHERE id = $1`, held, workflows.HeldPrefix+"aggregate blocked")
+		require.NoError(t, err)
+	}}
+	p := newPoller(t, db.Pool, Config{Temporal: rec})
+	_, err := p.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, workflows.DefaultMaxBlockedRefs, rec.starts[0].MaxBlockedRefs)
+	st, _ := statusOf(t, db, kept)
+	require.Equal(t, "dispatched", st)
+	st, lastErr := statusOf(t, db, held)
+	require.Equal(t, "pending", st)
+	require.Contains(t, lastErr, workflows.HeldPrefix)
+	n, err := p.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a held row was claimed before its release")
+}

@@ -83,7 +83,7 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	idle := cmp.Or(in.IdleTimeout, DefaultIdleTimeout)
 	maxHistory := cmp.Or(in.MaxHistoryEvents, DefaultMaxHistoryEvents)
 
-	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs}
+	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs, held: in.Held}
 	if !in.Resumed {
 		if in.Revision >= Revision1 {
 			st.cursorUnknown = true // the first batch reads it (resolveCursor)
@@ -138,7 +138,7 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 		}
 
 		if st.blocked != nil {
-			decided, err := st.waitForDecision(ctx, maxHistory)
+			decided, err := st.waitForDecision(ctx, maxHistory, signals)
 			if err != nil {
 				return err
 			}
@@ -366,6 +366,9 @@ type aggregateState struct {
 	// cursorUnknown: a fresh run of Revision1 or later that has not read
 	// its delivered version yet; delivered is 0 until it has.
 	cursorUnknown bool
+
+	// held: holdOverflow handed events back during the current block.
+	held bool
 }
 
 const keepRepairs = 100
@@ -510,19 +513,37 @@ func (s *aggregateState) quarantine(ctx workflow.Context, ev EventRef, cause err
 // retried on its own after InfraRetryInterval. The error is the workflow's
 // cancellation: a cancelled blocked workflow ends, it neither retries nor
 // continues as new.
-func (s *aggregateState) waitForDecision(ctx workflow.Context, maxHistory int) (bool, error) {
-	cond := func() bool { return s.decision != nil || historyFull(ctx, maxHistory) }
-	if s.blocked.ErrorClass == ErrClassBroker {
-		wait := InfraRetryInterval - workflow.Now(ctx).Sub(s.blocked.Since)
-		ok, err := workflow.AwaitWithTimeout(ctx, max(wait, time.Second), cond)
-		if err != nil {
+//
+// With MaxBlockedRefs set it also takes the signals that arrive meanwhile,
+// keeping at most that many references and handing the rest back to
+// PostgreSQL (holdOverflow); a run without it leaves them in the channel
+// until the block ends, as recorded histories did.
+func (s *aggregateState) waitForDecision(ctx workflow.Context, maxHistory int, signals workflow.ReceiveChannel) (bool, error) {
+	bounded := s.in.MaxBlockedRefs > 0
+	arrived := func() bool { return bounded && signals.Len() > 0 }
+	cond := func() bool { return s.decision != nil || historyFull(ctx, maxHistory) || arrived() }
+	for {
+		if bounded {
+			s.drain(signals)
+			if err := s.holdOverflow(ctx); err != nil {
+				return false, err
+			}
+		}
+		if s.blocked.ErrorClass == ErrClassBroker {
+			wait := InfraRetryInterval - workflow.Now(ctx).Sub(s.blocked.Since)
+			ok, err := workflow.AwaitWithTimeout(ctx, max(wait, time.Second), cond)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				s.decision = &RepairRequest{Action: ActionRetry, EventID: s.blocked.EventID}
+			}
+		} else if err := workflow.Await(ctx, cond); err != nil {
 			return false, err
 		}
-		if !ok {
-			s.decision = &RepairRequest{Action: ActionRetry, EventID: s.blocked.EventID}
+		if s.decision != nil || historyFull(ctx, maxHistory) {
+			break
 		}
-	} else if err := workflow.Await(ctx, cond); err != nil {
-		return false, err
 	}
 	if s.decision == nil {
 		return false, nil
@@ -535,7 +556,55 @@ func (s *aggregateState) waitForDecision(ctx workflow.Context, maxHistory int) (
 	}
 	s.blocked = nil
 	_ = s.upsertBlocked(ctx)
-	return true, nil
+	return true, s.releaseHeld(ctx)
+}
+
+// holdOverflow keeps the MaxBlockedRefs lowest pending references of a
+// blocked run and hands the others back to PostgreSQL: their rows are
+// pending again, and releaseHeld makes them claimable when the block ends.
+// The references stay out of the run's state, history and continue-as-new
+// input; the poller signals them again after the release.
+func (s *aggregateState) holdOverflow(ctx workflow.Context) error {
+	n := s.in.MaxBlockedRefs
+	if n <= 0 || s.blocked == nil || len(s.pending) <= n {
+		return nil
+	}
+	overflow := s.pending[n:]
+	s.pending = slices.Clip(s.pending[:n])
+	bctx := workflow.WithActivityOptions(ctx, bookkeepingOptions)
+	for len(overflow) > 0 {
+		part := overflow[:min(len(overflow), holdPart)]
+		overflow = overflow[len(part):]
+		ids := make([]string, len(part))
+		for i, ev := range part {
+			ids[i] = ev.ID
+		}
+		if err := workflow.ExecuteActivity(bctx, HoldEventsActivity, HoldInput{
+			AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, BlockedEventID: s.blocked.EventID, EventIDs: ids,
+		}).Get(ctx, nil); err != nil {
+			return err
+		}
+		s.held = true
+	}
+	return nil
+}
+
+// holdPart bounds one HoldEventsActivity's input: 1,000 ids of 36 bytes.
+const holdPart = 1000
+
+// releaseHeld makes the events holdOverflow handed back claimable again,
+// once the block that held them ended.
+func (s *aggregateState) releaseHeld(ctx workflow.Context) error {
+	if !s.held {
+		return nil
+	}
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, bookkeepingOptions), ReleaseHeldActivity,
+		ReleaseHeldInput{AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID}).Get(ctx, nil)
+	if err != nil {
+		return err
+	}
+	s.held = false
+	return nil
 }
 
 func (s *aggregateState) upsertBlocked(ctx workflow.Context) error {
@@ -705,12 +774,23 @@ func (s *aggregateState) handlersDone(ctx workflow.Context) bool {
 // continueAsNew hands the whole state to a new run, once no repair is half
 // done and every buffered signal is taken.
 func (s *aggregateState) continueAsNew(ctx workflow.Context, signals workflow.ReceiveChannel) error {
-	if err := workflow.Await(ctx, func() bool { return s.handlersDone(ctx) }); err != nil {
-		return err
+	// A hold's activity lets more signals (and repairs) in: take them too,
+	// or the new run would never see them.
+	for {
+		if err := workflow.Await(ctx, func() bool { return s.handlersDone(ctx) }); err != nil {
+			return err
+		}
+		s.drain(signals)
+		if err := s.holdOverflow(ctx); err != nil {
+			return err
+		}
+		if signals.Len() == 0 && s.handlersDone(ctx) {
+			break
+		}
 	}
-	s.drain(signals)
 	workflow.GetLogger(ctx).Info("continuing as new", "delivered", s.delivered, "pending", len(s.pending), "blocked", s.blocked != nil)
 	next := s.in
+	next.Held = s.held
 	next.Resumed = true
 	next.Delivered = s.delivered
 	next.Pending = s.pending

@@ -30,6 +30,11 @@ const (
 	// DefaultMaxHistoryEvents: continue-as-new once history is this long,
 	// far below Temporal's 10,240-event warning.
 	DefaultMaxHistoryEvents = 4000
+	// DefaultMaxBlockedRefs: event references a blocked run keeps. A
+	// reference is about 80 bytes of JSON, so the state and the
+	// continue-as-new input stay near 400 KB, under Temporal's 512 KB
+	// payload warning and far under its 2 MB limit.
+	DefaultMaxBlockedRefs = 5000
 	// DefaultPublishBatchSize: events per fast-path publish. A confirm
 	// window of 100 messages takes a few milliseconds; payloads are loaded
 	// for the whole batch at once, so this also bounds the activity's memory.
@@ -105,6 +110,18 @@ type AggregateInput struct {
 	// way, with its events in Pending; a running one still gets
 	// Signal-With-Start. Runs with the field unset keep IdleTimeout.
 	OneShot bool `json:"one_shot,omitempty"`
+	// MaxBlockedRefs is the most event references the run keeps while it
+	// is blocked. Events signalled beyond it are handed back to PostgreSQL
+	// (HoldEventsActivity: their rows are pending again, out of the claim
+	// for HoldInterval) and released when the block ends
+	// (ReleaseHeldActivity), so a blocked busy aggregate neither grows its
+	// state nor its continue-as-new input without bound. Zero: no bound,
+	// what runs started before the field replay. Pollers set
+	// DefaultMaxBlockedRefs.
+	MaxBlockedRefs int `json:"max_blocked_refs,omitempty"`
+	// Held: events were handed back during the current block, so its end
+	// releases them. Kept across continue-as-new.
+	Held bool `json:"held,omitempty"`
 	// Blocked carries a quarantine across continue-as-new.
 	Blocked *Blocked `json:"blocked,omitempty"`
 	// Repairs carries the results of recent repair requests across
@@ -217,7 +234,37 @@ const (
 	RepairActivity = "ferry.ApplyRepair"
 	// ReplayActivity re-publishes one delivered event, audited.
 	ReplayActivity = "ferry.ReplayEvent"
+	// HoldEventsActivity hands events a blocked workflow does not keep
+	// back to PostgreSQL (HoldInput).
+	HoldEventsActivity = "ferry.HoldEvents"
+	// ReleaseHeldActivity makes an aggregate's held events claimable again
+	// once its block ended (ReleaseHeldInput).
+	ReleaseHeldActivity = "ferry.ReleaseHeld"
 )
+
+// HeldPrefix starts the last_error of a row a blocked workflow handed back
+// (HoldEventsActivity); pollers do not mark such a row dispatched.
+const HeldPrefix = "held: "
+
+// HoldInterval is how long a held row stays out of the claim when nothing
+// releases it (its workflow was terminated while blocked): it is then
+// claimed and signalled again.
+const HoldInterval = time.Hour
+
+// HoldInput is HoldEventsActivity's input.
+type HoldInput struct {
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	// BlockedEventID is what the aggregate waits at, for last_error.
+	BlockedEventID string   `json:"blocked_event_id"`
+	EventIDs       []string `json:"event_ids"`
+}
+
+// ReleaseHeldInput is ReleaseHeldActivity's input.
+type ReleaseHeldInput struct {
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+}
 
 // Search attributes Ferry sets on an aggregate workflow while it is
 // blocked. Filter the Temporal UI's workflow list by `FerryBlocked = true`

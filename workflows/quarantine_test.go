@@ -34,6 +34,8 @@ type repairFakes struct {
 	repairs     []workflows.RepairInput
 	replays     []workflows.ReplayEventInput
 	replayFails map[string]bool // event ids whose replay fails for good
+	holds       []workflows.HoldInput
+	releases    []workflows.ReleaseHeldInput
 }
 
 // failure makes publish attempts of one event fail.
@@ -141,6 +143,20 @@ func (f *repairFakes) Replay(_ context.Context, in workflows.ReplayEventInput) e
 	if f.replayFails[in.EventID] {
 		return temporal.NewNonRetryableApplicationError("not replayable (fake)", "NotReplayable", nil)
 	}
+	return nil
+}
+
+func (f *repairFakes) Hold(_ context.Context, in workflows.HoldInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holds = append(f.holds, in)
+	return nil
+}
+
+func (f *repairFakes) Release(_ context.Context, in workflows.ReleaseHeldInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.releases = append(f.releases, in)
 	return nil
 }
 
@@ -274,6 +290,8 @@ func qsetup(t *testing.T) *qbundle {
 	env.RegisterActivityWithOptions(f.Quarantine, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	env.RegisterActivityWithOptions(f.Repair, activity.RegisterOptions{Name: workflows.RepairActivity})
 	env.RegisterActivityWithOptions(f.Replay, activity.RegisterOptions{Name: workflows.ReplayActivity})
+	env.RegisterActivityWithOptions(f.Hold, activity.RegisterOptions{Name: workflows.HoldEventsActivity})
+	env.RegisterActivityWithOptions(f.Release, activity.RegisterOptions{Name: workflows.ReleaseHeldActivity})
 	return &qbundle{env: env, fakes: f, sa: rec}
 }
 
@@ -968,6 +986,63 @@ func TestContinueAsNewWhileBlocked(t *testing.T) {
 	require.Equal(t, ids(3, 4), c.attempts)
 	require.Equal(t, ids(3, 4), c.published)
 	require.Len(t, c.repairs, 1)
+}
+
+// A blocked run with MaxBlockedRefs keeps that many references (the
+// lowest versions) and hands the others back, so neither its state nor its
+// continue-as-new input grows with the events that keep coming; the
+// repair releases them, and once the poller signals them again they go
+// out in order.
+func TestBlockedRunKeepsBoundedReferences(t *testing.T) {
+	t.Parallel()
+	b := setupBlockedAtEvt2(t) // 1, 2, 3; blocked at 2
+	b.signalAt(time.Minute, 6, 7, 4)
+	b.signalAt(2*time.Minute, 5, 8)
+	blocked := b.observeAt(time.Hour - time.Second)
+	b.env.RegisterDelayedCallback(func() { b.env.SetContinueAsNewSuggested(true) }, time.Hour)
+	in := qinput(maxAttempts(2))
+	in.MaxBlockedRefs = 3
+	b.run(in)
+
+	require.NoError(t, blocked.err)
+	require.Equal(t, []int64{2, 3, 4}, blocked.state.Pending)
+	var held []string
+	for _, h := range b.fakes.holds {
+		require.Equal(t, "evt-2", h.BlockedEventID)
+		held = append(held, h.EventIDs...)
+	}
+	require.Equal(t, ids(6, 7, 5, 8), held, "the versions above the bound, as they were dropped")
+	next := decodeContinueAsNew(t, b.env.GetWorkflowError())
+	require.Equal(t, evs(2, 3, 4), next.Pending)
+	require.True(t, next.Held)
+	require.Equal(t, 3, next.MaxBlockedRefs)
+
+	// The new run: still bounded; the repair releases the held events,
+	// which the poller signals again.
+	b2 := qsetup(t)
+	b2.signalAt(time.Minute, 9)
+	b2.healAt(time.Hour, "evt-2")
+	b2.repairAt(time.Hour, "u-1", repairReq("r-1", workflows.ActionRetry, "evt-2"))
+	b2.signalAt(time.Hour+10*time.Second, 5, 6, 7, 8, 9)
+	b2.run(next)
+
+	require.Equal(t, ids(9), b2.fakes.holds[0].EventIDs)
+	require.Equal(t, []workflows.ReleaseHeldInput{{AggregateType: "order", AggregateID: "o-1"}}, b2.fakes.releases)
+	require.Equal(t, ids(2, 3, 4, 5, 6, 7, 8, 9), b2.fakes.calls().published)
+}
+
+// Without MaxBlockedRefs (runs started before it) nothing is held: the
+// signals wait in the channel as recorded histories have them.
+func TestBlockedRunWithoutBoundHoldsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupBlockedAtEvt2(t)
+	b.signalAt(time.Minute, 4, 5, 6, 7)
+	b.healAt(time.Hour, "evt-2")
+	b.repairAt(time.Hour, "u-1", repairReq("r-1", workflows.ActionRetry, "evt-2"))
+	b.run(qinput(maxAttempts(2)))
+	require.Empty(t, b.fakes.holds)
+	require.Empty(t, b.fakes.releases)
+	require.Equal(t, ids(1, 2, 3, 4, 5, 6, 7), b.fakes.calls().published)
 }
 
 func TestReplay(t *testing.T) {
