@@ -219,6 +219,7 @@ func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		Logger:       logger,
 
 		PublishBatchSize: cfg.PublishBatchSize,
+		MaxBlockedRefs:   cfg.MaxBlockedRefs,
 	}
 }
 

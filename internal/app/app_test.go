@@ -113,6 +113,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		IdleTimeout: 2 * time.Minute, StartMode: poller.StartKeepAlive, ConnectTimeout: time.Second, RowRetention: 48 * time.Hour,
 		OTelExporter: "otlp-grpc", OTelEndpoint: "https://collector:4317", OTelServiceName: "relay",
 		Source: app.SourceWAL, WALSlot: "orders_slot", WALPublication: "orders_pub", WALCatchUpInterval: time.Minute,
+		MaxBlockedRefs: 9,
 	}
 	got, err := set.WithDefaults()
 	require.NoError(t, err)
@@ -132,6 +133,7 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 		{"negative batch size", app.Config{BatchSize: -1}, []string{"batch size"}},
 		{"drift sample too large", app.Config{DriftSample: 1001}, []string{"drift sample 1001", "-1 for no drift check"}},
 		{"drift sample below -1", app.Config{DriftSample: -2}, []string{"drift sample -2"}},
+		{"max blocked refs below -1", app.Config{MaxBlockedRefs: -2}, []string{"max blocked refs -2", "-1 for no bound"}},
 		{"unknown exporter", app.Config{OTelExporter: "zipkin"}, []string{`exporter "zipkin"`, "otlp-grpc"}},
 		{"unknown start mode", app.Config{StartMode: "lazy"}, []string{`start mode "lazy"`, "one-shot", "keep-alive"}},
 		{"unknown source", app.Config{Source: "cdc"}, []string{`source "cdc"`, "poll", "wal"}},

@@ -45,6 +45,11 @@ type Config struct {
 	// in one fast-path local activity; -1 publishes one regular activity
 	// per event. Default 0: workflows.DefaultPublishBatchSize (100).
 	PublishBatchSize int
+	// MaxBlockedRefs is the most event references a blocked aggregate
+	// workflow keeps; the rows of the events signalled beyond it stay
+	// pending in PostgreSQL until its repair (poller.Config.MaxBlockedRefs).
+	// -1: no bound. Default 0: workflows.DefaultMaxBlockedRefs (5,000).
+	MaxBlockedRefs int
 	// WorkflowTaskPollers of the worker; default 8 (worker.Config).
 	WorkflowTaskPollers int
 	// Lease of claimed rows; default 30s.
@@ -196,6 +201,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.PublishBatchSize < -1 || c.PublishBatchSize > 1000 {
 		return c, fmt.Errorf("publish batch size %d: use 1 to 1000, 0 for the default, or -1 for one activity per event", c.PublishBatchSize)
+	}
+	if c.MaxBlockedRefs < -1 {
+		return c, fmt.Errorf("max blocked refs %d: use at least 1, 0 for the default (%d), or -1 for no bound", c.MaxBlockedRefs, workflows.DefaultMaxBlockedRefs)
 	}
 	if c.DriftSample < -1 || c.DriftSample > workflows.MaxDriftSample {
 		return c, fmt.Errorf("drift sample %d: use 1 to %d aggregates, 0 for the default (%d), or -1 for no drift check",

@@ -82,6 +82,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	f.IntVar(&g.cfg.MaxMessageBytes, "max-message-size", envInt("FERRY_MAX_MESSAGE_SIZE", 0), "largest payload in bytes published; a larger event is quarantined unsent; keep it at or below RabbitMQ's max_message_size; 0: 16 MiB (FERRY_MAX_MESSAGE_SIZE)")
 	f.IntVar(&g.cfg.BatchSize, "batch-size", envInt("FERRY_BATCH_SIZE", 200), "oldest rows per claim; a claim adds up to 4x as many later rows of the same aggregates (FERRY_BATCH_SIZE)")
 	f.IntVar(&g.cfg.PublishBatchSize, "publish-batch-size", envInt("FERRY_PUBLISH_BATCH_SIZE", 0), "events per fast-path publish of an aggregate workflow; 0: 100, -1: one activity per event (FERRY_PUBLISH_BATCH_SIZE)")
+	f.IntVar(&g.cfg.MaxBlockedRefs, "max-blocked-refs", envInt("FERRY_MAX_BLOCKED_REFS", 0), "event references a blocked aggregate workflow keeps; later events wait in PostgreSQL for its repair; 0: 5000, -1: no bound (FERRY_MAX_BLOCKED_REFS)")
 	f.IntVar(&g.cfg.WorkflowTaskPollers, "workflow-task-pollers", envInt("FERRY_WORKFLOW_TASK_POLLERS", 0), "worker's concurrent polls for workflow tasks; 0: 8 (FERRY_WORKFLOW_TASK_POLLERS)")
 	f.DurationVar(&g.cfg.Lease, "lease", envDuration("FERRY_LEASE", 30*time.Second), "lease of claimed rows (FERRY_LEASE)")
 	f.DurationVar(&g.cfg.PollInterval, "poll-interval", envDuration("FERRY_POLL_INTERVAL", time.Second), "fallback poll interval when no NOTIFY arrives (FERRY_POLL_INTERVAL)")
