@@ -181,6 +181,13 @@ func TestCodecEncryptsHistoryAndOutputIsRedacted(t *testing.T) {
 			require.Equal(t, key.ID, string(p.Metadata[codec.MetadataKeyID]))
 			encrypted++
 		})
+		if a := ev.GetWorkflowTaskFailedEventAttributes(); a.GetCause() == enumspb.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND {
+			// The server's own failure when a signal arrives while a
+			// one-shot run's task completes it (the run then takes the
+			// signal): its message is the cause's name, no data of ours.
+			require.Equal(t, "UnhandledCommand", a.GetFailure().GetMessage())
+			continue
+		}
 		forEachFailure(ev, func(msg string) {
 			require.Equal(t, "Encoded failure", msg, "event %d (%s): a failure message in clear", ev.EventId, ev.EventType)
 			failures++

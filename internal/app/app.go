@@ -214,8 +214,8 @@ func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		Lease:        cfg.Lease,
 		PollInterval: cfg.PollInterval,
 		IdleTimeout:  cfg.IdleTimeout,
-		Policies:     cfg.Policies,
 		StartMode:    cfg.StartMode,
+		Policies:     cfg.Policies,
 		Logger:       logger,
 
 		PublishBatchSize: cfg.PublishBatchSize,
