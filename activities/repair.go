@@ -47,6 +47,21 @@ FROM outbox_events WHERE id = $1 FOR UPDATE`
 
 const sqlFindRepair = `SELECT id FROM ferry_repairs WHERE request_id = $1`
 
+// findRepair looks requestID up in the audit: found, it fills res as the
+// earlier answer (AuditID, Duplicate) and reports true.
+func findRepair(ctx context.Context, tx pgx.Tx, requestID string, res *workflows.RepairResult) (bool, error) {
+	err := tx.QueryRow(ctx, sqlFindRepair, requestID).Scan(&res.AuditID)
+	switch {
+	case err == nil:
+		res.Duplicate = true
+		return true, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	default:
+		return false, fmt.Errorf("look up request %s: %w", requestID, err)
+	}
+}
+
 const sqlInsertRepairValues = `
 INSERT INTO ferry_repairs (request_id, actor, action, event_id, aggregate_type, aggregate_id, aggregate_version,
                            reason, payload_sha256_before, payload_sha256_after, schema_version_before, schema_version_after)
@@ -84,11 +99,8 @@ func (a *Activities) ApplyRepair(ctx context.Context, in workflows.RepairInput) 
 	req := in.Request
 	res := workflows.RepairResult{RequestID: req.RequestID, Action: req.Action, EventID: req.EventID, Version: in.Version}
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, sqlFindRepair, req.RequestID).Scan(&res.AuditID); err == nil {
-			res.Duplicate = true
-			return nil
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("look up request %s: %w", req.RequestID, err)
+		if dup, err := findRepair(ctx, tx, req.RequestID, &res); dup || err != nil {
+			return err
 		}
 		var (
 			aggType, aggID, payload, status string
@@ -298,11 +310,8 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 		return res, fmt.Errorf("%w: action %q: use retry, skip or patch", ErrInvalidRepair, req.Action)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, sqlFindRepair, req.RequestID).Scan(&res.AuditID); err == nil {
-			res.Duplicate = true
-			return nil
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("look up request %s: %w", req.RequestID, err)
+		if dup, err := findRepair(ctx, tx, req.RequestID, &res); dup || err != nil {
+			return err
 		}
 		var (
 			aggType, aggID, payload, status string
