@@ -143,5 +143,5 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	worker.Register(&r, testActivities(t))
 
 	require.Equal(t, []string{workflows.AggregateWorkflowName, workflows.ReplayWorkflowName, workflows.RetentionWorkflowName, workflows.ReconcileWorkflowName}, r.workflows)
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity}, r.activities)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity}, r.activities)
 }
