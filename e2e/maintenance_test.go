@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -214,7 +215,9 @@ func TestDriftCheckReportsEachKind(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	mm, err := metrics.NewMaintenance(reg)
 	require.NoError(t, err)
-	e.startFerry(t, ferryOpts{idleTimeout: 3 * time.Minute, maint: mm})
+	// Keep-alive: the drift check compares rows with *running* workflows,
+	// and a one-shot run is over once its events are published.
+	e.startFerry(t, ferryOpts{idleTimeout: 3 * time.Minute, maint: mm, startMode: poller.StartKeepAlive})
 	ctx := context.Background()
 
 	// agg-0 healthy, agg-1 table moved back, agg-2 table moved forward,
