@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -35,8 +38,24 @@ import (
 type Config struct {
 	// DatabasePath is the SQLite file that keeps workflow state across restarts.
 	// Its folder is created when missing. Empty means an in-memory database
-	// that is gone when the server stops (what tests want).
+	// that is gone when the server stops (what tests want). Unused with
+	// Postgres.
 	DatabasePath string
+	// Postgres keeps the server's state in PostgreSQL databases instead of
+	// SQLite: created when missing, their schemas set up or upgraded with
+	// the server's own schema files at every start. Nil: SQLite.
+	Postgres *Postgres
+	// Services are the Temporal services this process runs, of "frontend",
+	// "history", "matching" and "worker". Default: all four. A subset
+	// makes the process one node of a cluster of processes that share
+	// Postgres (required then) and find each other through its
+	// cluster_membership table; a node without the frontend still needs
+	// Address, the frontend it and its clients reach, and registers no
+	// namespace.
+	Services []string
+	// Progress receives one line per step Start takes on the databases
+	// (created, schema upgraded, up to date). Default: discarded.
+	Progress io.Writer
 	// Address is the frontend's gRPC host:port. Default "127.0.0.1:7233";
 	// "127.0.0.1:0" picks a free port.
 	Address string
@@ -79,6 +98,38 @@ type Config struct {
 // them.
 const startTries = 5
 
+// clusterName is the name of the server's one cluster.
+const clusterName = "active"
+
+// allServices are the services a process runs by default.
+var allServices = []string{
+	string(primitives.FrontendService), string(primitives.HistoryService),
+	string(primitives.MatchingService), string(primitives.WorkerService),
+}
+
+// validServices checks names against allServices; none means all.
+func validServices(names []string) ([]string, error) {
+	if len(names) == 0 {
+		return allServices, nil
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if !slices.Contains(allServices, n) {
+			return nil, fmt.Errorf("devserver: Services: %q is not one of %v", n, allServices)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("devserver: Services: %q is given twice", n)
+		}
+		seen[n] = true
+	}
+	return names, nil
+}
+
+// runs says whether this process runs service svc.
+func (c Config) runs(svc primitives.ServiceName) bool {
+	return slices.Contains(c.Services, string(svc))
+}
+
 // Server is a running embedded Temporal server.
 type Server struct {
 	cfg      Config
@@ -94,12 +145,32 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Address = cmp.Or(cfg.Address, "127.0.0.1:7233")
 	cfg.Namespace = cmp.Or(cfg.Namespace, "default")
 	cfg.LogLevel = cmp.Or(cfg.LogLevel, "info")
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	services, err := validServices(cfg.Services)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Services = services
+	if cfg.Postgres != nil {
+		pg, err := cfg.Postgres.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Postgres = &pg
+	} else if len(cfg.Services) < len(allServices) {
+		return nil, fmt.Errorf("devserver: Services %v is a part of a cluster: that needs Postgres, which the other parts share", cfg.Services)
+	}
 
 	host, port, err := splitHostPort(cfg.Address)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: Address %q: %w", cfg.Address, err)
 	}
-	if port != 0 {
+	if !cfg.runs(primitives.FrontendService) && port == 0 {
+		return nil, fmt.Errorf("devserver: Address %q: a node without the frontend needs the frontend's fixed address", cfg.Address)
+	}
+	if port != 0 && cfg.runs(primitives.FrontendService) {
 		if err := portFree(host, port); err != nil {
 			return nil, fmt.Errorf("devserver: Address %s is taken (is another Temporal server running?): %w", cfg.Address, err)
 		}
@@ -117,20 +188,24 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("devserver: InternalPorts has %d ports: give all 7, or none", n)
 	}
 
-	st, err := openStores(cfg.DatabasePath)
+	var st stores
+	if cfg.Postgres != nil {
+		st, err = openPostgresStores(ctx, *cfg.Postgres, cfg.Progress)
+	} else {
+		st, err = openStores(cfg.DatabasePath)
+	}
 	if err != nil {
 		return nil, err
 	}
-	restart := st.restart
 
 	var logger log.Logger = log.NewNoopLogger()
 	if cfg.LogFile != "" {
 		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
 	}
-	if restart {
+	if st.forgetMembers != nil {
 		// The members of the last run are dead; joining them would stall
 		// the start. Best effort: without it the start is only slower.
-		if n, err := forgetDeadMembers(ctx, cfg.DatabasePath); err != nil {
+		if n, err := st.forgetMembers(ctx); err != nil {
 			logger.Warn("could not forget the cluster members of an earlier run; the start may wait for them (~50 s)", tag.Error(err))
 		} else {
 			logger.Info("forgot the cluster members of an earlier run", tag.Counter(n))
@@ -150,6 +225,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.runs(primitives.FrontendService) {
+		return s, nil
 	}
 	if err := s.addSearchAttributes(ctx); err != nil {
 		_ = s.Stop()
@@ -173,7 +251,7 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 	if len(ports) == 0 {
 		ports = make([]int, 0, 7)
 		for range 7 {
-			p, err := freePort(host)
+			p, err := pickPort(host, st.postgres)
 			if err != nil {
 				return nil, err
 			}
@@ -181,19 +259,24 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 		}
 	}
 	if port == 0 {
-		p, err := freePort(host)
+		p, err := pickPort(host, st.postgres)
 		if err != nil {
 			return nil, err
 		}
 		port = p
 	}
 	srvCfg := serverConfig(host, port, ports, st)
-	ns, err := sqliteschema.NewNamespaceConfig(srvCfg.ClusterMetadata.CurrentClusterName, cfg.Namespace, false, cfg.SearchAttributes)
-	if err != nil {
-		return nil, fmt.Errorf("devserver: namespace %q: %w", cfg.Namespace, err)
-	}
-	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
-		return nil, fmt.Errorf("devserver: register namespace %q: %w", cfg.Namespace, err)
+	if cfg.runs(primitives.FrontendService) {
+		// Written into the database before the server reads it (the
+		// server's own helper for it; it speaks to any SQL plugin): the
+		// namespace and its search attributes exist from the first request.
+		ns, err := sqliteschema.NewNamespaceConfig(srvCfg.ClusterMetadata.CurrentClusterName, cfg.Namespace, false, cfg.SearchAttributes)
+		if err != nil {
+			return nil, fmt.Errorf("devserver: namespace %q: %w", cfg.Namespace, err)
+		}
+		if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
+			return nil, fmt.Errorf("devserver: register namespace %q: %w", cfg.Namespace, err)
+		}
 	}
 	watch := newFatalWatch()
 	logger = &fatalLogger{inner: logger, watch: watch}
@@ -227,7 +310,7 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 		}()
 		opts := []temporal.ServerOption{
 			temporal.WithConfig(srvCfg),
-			temporal.ForServices(temporal.DefaultServices),
+			temporal.ForServices(cfg.Services),
 			temporal.WithLogger(logger),
 			temporal.WithAuthorizer(authorizer),
 			temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
@@ -280,6 +363,10 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 		return nil, r.err
 	}
 	s := &Server{cfg: cfg, srv: r.srv, frontend: net.JoinHostPort(host, strconv.Itoa(port)), fatal: watch}
+	if !cfg.runs(primitives.FrontendService) {
+		watch.started.Store(true)
+		return s, nil
+	}
 	if err := s.waitReady(ctx); err != nil {
 		stopWithin(r.srv, 10*time.Second)
 		return nil, err
@@ -438,10 +525,10 @@ func serverConfig(host string, port int, ports []int, st stores) *config.Config 
 		ClusterMetadata: &cluster.Config{
 			EnableGlobalNamespace:    false,
 			FailoverVersionIncrement: 10,
-			MasterClusterName:        "active",
-			CurrentClusterName:       "active",
+			MasterClusterName:        clusterName,
+			CurrentClusterName:       clusterName,
 			ClusterInformation: map[string]cluster.ClusterInformation{
-				"active": {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendHostPort},
+				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendHostPort},
 			},
 		},
 		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
@@ -475,6 +562,22 @@ func splitHostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("port %q is not a number from 0 to 65535", p)
 	}
 	return cmp.Or(host, "127.0.0.1"), port, nil
+}
+
+// pickPort is a free port; for PostgreSQL one below 32768: the server
+// stores membership ports in a SMALLINT column, and the kernel's
+// ephemeral ports (freePort) lie above it.
+func pickPort(host string, low bool) (int, error) {
+	if !low {
+		return freePort(host)
+	}
+	for range 100 {
+		p := 20000 + rand.IntN(12000)
+		if portFree(host, p) == nil {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("devserver: no free port from 20000 to 31999 on %s", host)
 }
 
 func freePort(host string) (int, error) {
