@@ -398,6 +398,9 @@ func stopWithin(srv temporal.Server, d time.Duration) {
 // FrontendAddress is the host:port clients dial.
 func (s *Server) FrontendAddress() string { return s.frontend }
 
+// Services are the Temporal services this process runs.
+func (s *Server) Services() []string { return s.cfg.Services }
+
 // Namespace is the pre-registered namespace.
 func (s *Server) Namespace() string { return s.cfg.Namespace }
 

@@ -49,6 +49,16 @@ func TestDevserverPostgres(t *testing.T) {
 		require.Equal(t, int64(6+i), parse(t, m).version, "the aggregate's order went on where it was")
 	}
 
+	// ping and status name the Temporal they talk to and its persistence,
+	// and no password.
+	ferryEnv := append([]string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_AMQP_URL=" + e.br.URL, "FERRY_TASK_QUEUE=" + e.taskQueue}, srv.env()...)
+	for _, cmd := range []string{"ping", "status"} {
+		code, out := ferry(t, ferryEnv, cmd)
+		require.Equal(t, 0, code, out)
+		require.Contains(t, out, "at "+srv.addr+" (cluster active): persistence SQL (postgres12), visibility postgres12, history shards 4", cmd)
+		require.NotContains(t, out, "xxxxx", cmd)
+	}
+
 	other := *pg
 	other.shards = 8
 	code, out := failedTemporalStart(t, &other)

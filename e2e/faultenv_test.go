@@ -121,15 +121,16 @@ func startOwnTemporal(t *testing.T) *ownTemporal {
 func (o *ownTemporal) start(t *testing.T) {
 	t.Helper()
 	for try := 1; ; try++ {
-		cmd := exec.Command(os.Args[0])
+		args, env, ready := o.command()
+		cmd := exec.Command(os.Args[0], args...)
 		out := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
-		cmd.Env = append(os.Environ(), o.childEnv()...)
+		cmd.Env = append(os.Environ(), env...)
 		require.NoError(t, cmd.Start())
 		c := &child{cmd: cmd, out: out, done: make(chan struct{})}
 		go func() { c.err = cmd.Wait(); close(c.done) }()
 		deadline := time.After(2 * time.Minute)
-		for !strings.Contains(out.String(), temporalReady) && !c.exited() {
+		for !strings.Contains(out.String(), ready) && !c.exited() {
 			select {
 			case <-deadline:
 				c.kill()
@@ -146,6 +147,23 @@ func (o *ownTemporal) start(t *testing.T) {
 		}
 		t.Logf("Temporal server failed to start (%v), trying again:\n%s", c.err, out.String())
 	}
+}
+
+// command is how the server process is started: the arguments, the
+// environment and the line it prints once it serves. A part of a cluster
+// runs as `ferry dev temporal`, the command people run it with.
+func (o *ownTemporal) command() (args, env []string, ready string) {
+	if len(o.services) == 0 {
+		return nil, o.childEnv(), temporalReady
+	}
+	ports := make([]string, len(o.ports))
+	for i, p := range o.ports {
+		ports[i] = strconv.Itoa(p)
+	}
+	args = []string{"dev", "temporal", "--temporal-address", o.addr, "--services", strings.Join(o.services, ","),
+		"--ports", strings.Join(ports, ","), "--temporal-postgres-url", o.pg.url, "--temporal-database", o.pg.db,
+		"--temporal-visibility-database", o.pg.vis, "--temporal-history-shards", strconv.Itoa(o.pg.shards)}
+	return args, []string{childEnv + "=1", "FERRY_LOG_LEVEL=warn"}, "ferry dev temporal: "
 }
 
 // childEnv is the environment of the server process.

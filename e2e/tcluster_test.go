@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/common/persistence"
+	"go.temporal.io/server/common/persistence/serialization"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
 )
@@ -190,4 +193,59 @@ func (c *tcluster) members(t *testing.T) map[int]int {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// shardOwners maps each history shard on record to the owner the history
+// host wrote into it when it acquired it: "host:port-shard-uuid", host:port
+// being the host's gRPC address.
+func (c *tcluster) shardOwners(t *testing.T) map[int32]string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.pg.dbURL(c.pg.db))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT shard_id, data, data_encoding FROM shards`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[int32]string{}
+	s := serialization.NewSerializer()
+	for rows.Next() {
+		var (
+			id       int32
+			data     []byte
+			encoding string
+		)
+		require.NoError(t, rows.Scan(&id, &data, &encoding))
+		info, err := s.ShardInfoFromBlob(persistence.NewDataBlob(data, encoding))
+		require.NoError(t, err)
+		out[id] = info.Owner
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// historyAddr is the host identity a history process owns shards as: its
+// gRPC address (the second of its internal ports).
+func historyAddr(h *ownTemporal) string { return "127.0.0.1:" + strconv.Itoa(h.ports[1]) }
+
+// owned counts the shards owned by h.
+func owned(owners map[int32]string, h *ownTemporal) int {
+	n := 0
+	for _, o := range owners {
+		if strings.HasPrefix(o, historyAddr(h)+"-") {
+			n++
+		}
+	}
+	return n
+}
+
+// pgAdmin is a connection to the PostgreSQL server's maintenance database,
+// closed at cleanup.
+func (c *tcluster) pgAdmin(t *testing.T) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.pg.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	return conn
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/internal/status"
 )
 
 // pingCmd checks, with the process's own configuration and credentials,
@@ -35,13 +36,18 @@ func pingCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			tinfo, err := status.CollectTemporal(ctx, c.WorkflowService(), cfg.TemporalAddress)
 			c.Close()
+			if err != nil {
+				return err
+			}
 			pub, err := app.OpenPublisher(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			_ = pub.Close()
 			fmt.Fprintln(g.stdout, "ferry: PostgreSQL, Temporal and RabbitMQ answer")
+			fmt.Fprintf(g.stdout, "ferry: %s\n", tinfo)
 			return nil
 		},
 	}
