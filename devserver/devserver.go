@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -200,6 +202,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 	var logger log.Logger = log.NewNoopLogger()
 	if cfg.LogFile != "" {
+		// The server's zap logger is nil when it cannot open the file.
+		if err := os.MkdirAll(filepath.Dir(cfg.LogFile), 0o755); err != nil {
+			return nil, fmt.Errorf("devserver: create folder for LogFile %s: %w", cfg.LogFile, err)
+		}
 		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
 	}
 	if st.forgetMembers != nil {
