@@ -26,9 +26,10 @@ import (
 // database, visibility in another, both on the server URL names.
 type Postgres struct {
 	// URL of the PostgreSQL server, postgres://user:password@host:port/db?params.
-	// Its database (default "postgres") is only where the two databases
-	// below are created from when missing; its query parameters (sslmode,
-	// …) are passed to every connection. Required.
+	// Its database (when left out, libpq's default: the user's name) is
+	// only where the two databases below are created from when missing;
+	// its query parameters (sslmode, …) are passed to every connection of
+	// the server. Required.
 	URL string
 	// Database keeps workflow state (histories, mutable state, task
 	// queues, cluster metadata and membership). Default "temporal".

@@ -222,6 +222,10 @@ worker gRPC and membership; a process binds only those of its services). Start
 the frontend process first: it creates and upgrades the databases.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := g.config()
+			if err != nil {
+				return err
+			}
 			pg, err := tpg.postgres()
 			if err != nil {
 				return err
@@ -230,8 +234,8 @@ the frontend process first: it creates and upgrades the databases.`,
 				return fmt.Errorf("--services needs --temporal-postgres-url: the parts of a cluster share its databases")
 			}
 			srv, err := devserver.Start(cmd.Context(), devserver.Config{
-				Address:          g.cfg.TemporalAddress,
-				Namespace:        g.cfg.Namespace,
+				Address:          cfg.TemporalAddress,
+				Namespace:        cfg.Namespace,
 				Postgres:         pg,
 				Services:         services,
 				InternalPorts:    ports,
@@ -242,7 +246,7 @@ the frontend process first: it creates and upgrades the databases.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "ferry dev temporal: %s running (frontend %s); Ctrl-C stops\n", strings.Join(srv.Services(), ", "), g.cfg.TemporalAddress)
+			fmt.Fprintf(g.stdout, "ferry dev temporal: %s running (frontend %s); Ctrl-C stops\n", strings.Join(srv.Services(), ", "), cfg.TemporalAddress)
 			<-cmd.Context().Done()
 			return srv.Stop()
 		},
