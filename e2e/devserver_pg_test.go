@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferry-outbox/ferry/devserver"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -64,4 +65,34 @@ func TestDevserverPostgres(t *testing.T) {
 	code, out := failedTemporalStart(t, &other)
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, `Postgres.HistoryShards is 8, but database "`+pg.db+`" was set up with 4 history shards`)
+}
+
+// Bad PostgreSQL and cluster settings are refused before anything is
+// dialled, with an error that names the setting and never the password.
+func TestDevserverRejectsBadPostgresSettings(t *testing.T) {
+	t.Parallel()
+	pg := func(p devserver.Postgres) *devserver.Postgres { return &p }
+	for _, tt := range []struct {
+		name string
+		cfg  devserver.Config
+		want string
+	}{
+		{"no URL", devserver.Config{Postgres: pg(devserver.Postgres{})}, "Postgres.URL is empty"},
+		{"not a PostgreSQL URL", devserver.Config{Postgres: pg(devserver.Postgres{URL: "mysql://u:topsecret@h/db"})}, "Postgres.URL: want postgres://"},
+		{"bad port", devserver.Config{Postgres: pg(devserver.Postgres{URL: "postgres://u:topsecret@h:99999/db"})}, `Postgres.URL: port "99999"`},
+		{"negative shards", devserver.Config{Postgres: pg(devserver.Postgres{URL: "postgres://h/db", HistoryShards: -1})}, "Postgres.HistoryShards is -1"},
+		{"one database for both", devserver.Config{Postgres: pg(devserver.Postgres{URL: "postgres://h/db", Database: "t", VisibilityDatabase: "t"})},
+			`Postgres.Database and Postgres.VisibilityDatabase are both "t"`},
+		{"unknown service", devserver.Config{Services: []string{"history", "archiver"}}, `Services: "archiver" is not one of`},
+		{"a part without PostgreSQL", devserver.Config{Services: []string{"history"}}, "that needs Postgres"},
+		{"a part without the frontend's address", devserver.Config{Address: "127.0.0.1:0", Services: []string{"history"},
+			Postgres: pg(devserver.Postgres{URL: "postgres://h/db"})}, "needs the frontend's fixed address"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := devserver.Start(context.Background(), tt.cfg)
+			require.ErrorContains(t, err, tt.want)
+			require.NotContains(t, err.Error(), "topsecret")
+		})
+	}
 }

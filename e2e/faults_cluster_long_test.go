@@ -24,6 +24,7 @@ func TestLongTemporalCluster(t *testing.T) {
 		require.NoError(t, err, "FERRY_FAULTS_DURATION")
 	}
 	cl := startTCluster(t, newTemporalPG(t, clusterShards), clusterHistories)
+	requireClusterFormed(t, cl)
 	faults := map[string]int{}
 	began := time.Now()
 	run := runClusterFault(t, cl, func(t *testing.T) int {

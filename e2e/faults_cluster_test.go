@@ -20,23 +20,21 @@ import (
 // machine of two cores.
 const clusterShards, clusterHistories = 8, 2
 
-// The cluster itself: every process is a member on record in PostgreSQL,
-// the shards are spread over both history hosts, and Ferry's events flow
-// through it.
-func TestTemporalClusterOfProcesses(t *testing.T) {
-	t.Parallel()
-	cl := startTCluster(t, newTemporalPG(t, clusterShards), clusterHistories)
+// requireClusterFormed waits until every process of cl is a member on
+// record in PostgreSQL and checks that the shards are spread over every
+// history host.
+func requireClusterFormed(t *testing.T, cl *tcluster) {
+	t.Helper()
 	// Roles: 1 frontend, 2 history, 3 matching, 4 worker.
 	waitFor(t, 30*time.Second, "every member on record", func() bool {
 		m := cl.members(t)
-		return m[1] == 1 && m[2] == clusterHistories && m[3] == 1 && m[4] == 1
+		return m[1] == 1 && m[2] == len(cl.history) && m[3] == 1 && m[4] == 1
 	})
-	e := setup(t)
-	e.startProcess(t, "run", cl.env()...)
-	e.commitN(t, 20, 10)
-	require.Len(t, e.br.Collect(t, 20, time.Minute), 20)
-	owners := cl.shardOwners(t)
-	require.Len(t, owners, clusterShards)
+	var owners map[int32]string
+	waitFor(t, 30*time.Second, "every shard owned", func() bool {
+		owners = cl.shardOwners(t)
+		return len(owners) == clusterShards
+	})
 	for _, h := range cl.history {
 		require.Positive(t, owned(owners, h), "host %s owns shards (owners: %v)", historyAddr(h), owners)
 	}
@@ -117,7 +115,8 @@ func terminateTemporalConns(t *testing.T, cl *tcluster) int {
 }
 
 // The three faults against one cluster, one after another (the cluster's
-// start is the expensive part): a history host SIGKILLed mid-burst and
+// start is the expensive part), once it formed (every process a member on
+// record, the shards spread over both history hosts): a history host SIGKILLed mid-burst and
 // started again (its shards move to the other host and come back); the
 // frontend process SIGKILLed and started again under steady load (signals
 // in flight time out with an unknown outcome; the repeats the pollers send
@@ -126,6 +125,7 @@ func terminateTemporalConns(t *testing.T, cl *tcluster) int {
 func TestFaultTemporalCluster(t *testing.T) {
 	t.Parallel()
 	cl := startTCluster(t, newTemporalPG(t, clusterShards), clusterHistories)
+	requireClusterFormed(t, cl)
 	t.Run("history host killed", func(t *testing.T) {
 		runClusterFault(t, cl, func(t *testing.T) int { killHistory(t, cl, 5*time.Second); return 1 })
 	})
