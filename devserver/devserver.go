@@ -80,7 +80,9 @@ type Config struct {
 	// InternalPorts are the 7 ports of the server's internal services
 	// (frontend membership; history, matching and worker gRPC and
 	// membership), for a host whose firewall wants them fixed; Start fails
-	// when one is taken. Default: free ports picked at start; when another
+	// when one is taken. With Postgres the membership ports must be below
+	// 32768: the server keeps them in a SMALLINT column. Default: free
+	// ports picked at start (below 32768 with Postgres); when another
 	// process takes one before the server binds it, Start picks new ones
 	// (up to 5 tries).
 	InternalPorts []int
@@ -157,6 +159,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if n := len(cfg.InternalPorts); n != 0 && n != 7 {
 		return nil, fmt.Errorf("devserver: InternalPorts has %d ports: give all 7, or none", n)
+	}
+	if cfg.Postgres != nil && len(cfg.InternalPorts) == 7 {
+		for _, i := range []int{0, 2, 4, 6} { // the membership ports
+			if p := cfg.InternalPorts[i]; p < 1 || p > 32767 {
+				return nil, fmt.Errorf("devserver: InternalPorts[%d] is %d: with Postgres a membership port must be from 1 to 32767 (the server keeps it in a SMALLINT column)", i, p)
+			}
+		}
 	}
 
 	var st stores
