@@ -83,7 +83,7 @@ func TestDevserverRejectsBadPostgresSettings(t *testing.T) {
 		{"negative shards", devserver.Config{Postgres: pg(devserver.Postgres{URL: "postgres://h/db", HistoryShards: -1})}, "Postgres.HistoryShards is -1"},
 		{"one database for both", devserver.Config{Postgres: pg(devserver.Postgres{URL: "postgres://h/db", Database: "t", VisibilityDatabase: "t"})},
 			`Postgres.Database and Postgres.VisibilityDatabase are both "t"`},
-		{"a membership port too high for PostgreSQL", devserver.Config{Postgres: pg(devserver.Postgres{URL: "postgres://h/db"}),
+		{"a membership port too high for PostgreSQL", devserver.Config{Address: "127.0.0.1:0", Postgres: pg(devserver.Postgres{URL: "postgres://h/db"}),
 			InternalPorts: []int{21000, 21001, 40000, 21003, 21004, 21005, 21006}}, "InternalPorts[2] is 40000"},
 		{"unknown service", devserver.Config{Services: []string{"history", "archiver"}}, `Services: "archiver" is not one of`},
 		{"a part without PostgreSQL", devserver.Config{Services: []string{"history"}}, "that needs Postgres"},
