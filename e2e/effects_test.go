@@ -26,10 +26,10 @@ import (
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/effects/payment"
+	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
+	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
-	"github.com/ferry-outbox/ferry/sandbox/payprovider"
-	"github.com/ferry-outbox/ferry/sandbox/smtpsink"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )

@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/effects"
+	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/internal/status"
-	"github.com/ferry-outbox/ferry/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )

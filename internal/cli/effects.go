@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/sandbox/payprovider"
-	"github.com/ferry-outbox/ferry/sandbox/smtpsink"
+	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
+	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
 )
 
 // addEffectFlags adds the effect routes and the payment and e-mail

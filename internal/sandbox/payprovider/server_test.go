@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/sandbox/payprovider"
+	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 )
 
 func TestMain(m *testing.M) {

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferry-outbox/ferry/sandbox/internal/serve"
+	"github.com/ferry-outbox/ferry/internal/sandbox/internal/serve"
 )
 
 // Fault is what the server does wrong with one request.

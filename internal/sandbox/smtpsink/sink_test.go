@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/sandbox/smtpsink"
+	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
 )
 
 func TestMain(m *testing.M) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/ferry-outbox/ferry/sandbox/internal/serve"
+	"github.com/ferry-outbox/ferry/internal/sandbox/internal/serve"
 )
 
 // Fault is what the sink does wrong with one message.
