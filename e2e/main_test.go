@@ -9,8 +9,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/dev/devcli"
 	"github.com/ferry-outbox/ferry/devserver"
-	"github.com/ferry-outbox/ferry/internal/cli"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -33,7 +33,7 @@ var (
 func TestMain(m *testing.M) {
 	switch os.Getenv(childEnv) {
 	case "1":
-		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(devcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "consumer":
 		os.Exit(checkerConsumerMain())
 	case "temporal":

@@ -1,4 +1,5 @@
-// Command ferry runs Ferry's relay: see `ferry --help`.
+// Command ferry runs Ferry's relay: see `ferry --help`. It links no embedded
+// Temporal server: `ferry dev` is in ferry-dev (dev/cmd/ferry-dev).
 package main
 
 import (
@@ -8,5 +9,5 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr, nil))
 }

@@ -24,11 +24,12 @@ import (
 )
 
 // Main runs the ferry command with args (without the program name) and
-// returns the process exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+// returns the process exit code. dev supplies `ferry dev`'s embedded server,
+// sandboxes and demo; the production binary passes nil.
+func Main(args []string, stdout, stderr io.Writer, dev Dev) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root, g := newRoot(stdout, stderr)
+	root, g := newRoot(stdout, stderr, dev)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "ferry: %s\n", g.maskError(err))
@@ -57,7 +58,7 @@ type globals struct {
 	stderr     io.Writer
 }
 
-func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
+func newRoot(stdout, stderr io.Writer, dev Dev) (*cobra.Command, *globals) {
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "ferry",
@@ -110,7 +111,7 @@ Every flag can also be set by the environment variable shown with it.`,
 		serveCmd(g, "run", "Run the poller and the worker in one process", app.Roles{Poller: true, Worker: true}),
 		serveCmd(g, "poller", "Run only the poller (PostgreSQL → Temporal)", app.Roles{Poller: true}),
 		serveCmd(g, "worker", "Run only the worker (Temporal → RabbitMQ)", app.Roles{Worker: true}),
-		devCmd(g),
+		devCmd(g, dev),
 		consumeExampleCmd(g),
 		codecServerCmd(g),
 		walCmd(g),

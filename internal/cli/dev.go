@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"time"
@@ -10,17 +13,62 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/fx"
 
-	"github.com/ferry-outbox/ferry/devserver"
 	"github.com/ferry-outbox/ferry/examples/inventory"
 	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/demo"
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/schema"
-	"github.com/ferry-outbox/ferry/workflows"
 )
 
-func devCmd(g *globals) *cobra.Command {
+// Dev is the part of `ferry dev` that the production binary leaves out: the
+// embedded Temporal server and UI (they link the Temporal server, its SQLite
+// store and the UI server), the sandbox payment provider and SMTP sink, and
+// the demo producer and consumer. The ferry-dev binary (module
+// github.com/ferry-outbox/ferry/dev) supplies it; without it `ferry dev`
+// says what to run instead and fails.
+type Dev interface {
+	// StartServer starts the embedded Temporal server with Ferry's search
+	// attributes and, unless c.UIAddress is empty, its UI.
+	StartServer(ctx context.Context, c DevServerConfig) (DevServer, error)
+	// StartSandboxes starts the sandbox payment provider and SMTP sink, with
+	// faultRate of first requests meeting a fault, and points cfg's unset
+	// effect settings at them.
+	StartSandboxes(ctx context.Context, cfg *app.Config, faultRate float64, out io.Writer) (stop func(), err error)
+	// RunDemo runs the demo producer and the example inventory consumer
+	// until ctx ends, printing to d.Out what they do.
+	RunDemo(ctx context.Context, d Demo)
+}
+
+// DevServerConfig is what `ferry dev`'s flags say about the embedded server.
+type DevServerConfig struct {
+	Address       string // frontend host:port
+	UIAddress     string // UI host:port; empty: no UI
+	Namespace     string
+	DatabasePath  string // SQLite file of the server's state
+	LogFile       string // the server's own log
+	CodecEndpoint string // codec server the UI decrypts payloads through; empty: none
+}
+
+// DevServer is a started embedded Temporal server.
+type DevServer interface {
+	FrontendAddress() string
+	UIURL() string
+	Stop() error
+}
+
+// Demo is what RunDemo runs against.
+type Demo struct {
+	Config  app.Config // with defaults
+	Logger  *slog.Logger
+	Out     io.Writer
+	Every   time.Duration     // pause between demo transactions
+	Metrics *metrics.Consumer // the example consumer counts into the process's /metrics
+}
+
+// errNoDev is `ferry dev`'s error in a binary without the embedded server.
+var errNoDev = errors.New("this ferry binary has no embedded Temporal server: run `ferry-dev dev` (`make run` builds and runs it), " +
+	"or run `ferry run` with --temporal-address set to a Temporal cluster")
+
+func devCmd(g *globals, dev Dev) *cobra.Command {
 	var (
 		dataDir      string
 		uiAddress    string
@@ -37,9 +85,15 @@ an embedded Temporal server (SQLite under --data-dir) on --temporal-address,
 the Temporal UI on --ui-address, then migrates PostgreSQL, runs the poller and
 the worker, and (unless --no-demo) a producer that commits demo orders with
 their outbox events, and the example inventory consumer (examples/inventory),
-which prints what it applies and what it deduplicates.`,
+which prints what it applies and what it deduplicates.
+
+Only the ferry-dev binary has the embedded server; the production ferry
+binary fails here and says what to run instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dev == nil {
+				return errNoDev
+			}
 			cfg, logger, err := g.config()
 			if err != nil {
 				return err
@@ -56,15 +110,13 @@ which prints what it applies and what it deduplicates.`,
 			defer devCodec.stop()
 
 			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.TemporalAddress, dataDir)
-			srv, err := devserver.Start(ctx, devserver.Config{
+			srv, err := dev.StartServer(ctx, DevServerConfig{
 				CodecEndpoint: devCodec.endpoint,
 				DatabasePath:  filepath.Join(dataDir, "temporal.db"),
 				Address:       cfg.TemporalAddress,
 				UIAddress:     uiAddress,
 				Namespace:     cfg.Namespace,
 				LogFile:       filepath.Join(dataDir, "temporal-server.log"),
-				// The dead-letter view: Ferry's search attributes.
-				SearchAttributes: workflows.SearchAttributeTypes,
 			})
 			if err != nil {
 				return err
@@ -82,7 +134,7 @@ which prints what it applies and what it deduplicates.`,
 
 			// Demo orders are charged and confirmed by e-mail through
 			// sandboxes on loopback (README, Side effects).
-			stopSandboxes, err := startSandboxes(ctx, &cfg, faultRate, out)
+			stopSandboxes, err := dev.StartSandboxes(ctx, &cfg, faultRate, out)
 			if err != nil {
 				return err
 			}
@@ -110,32 +162,10 @@ which prints what it applies and what it deduplicates.`,
 				}
 				fmt.Fprintf(out, "  Demo:         an order every %s; consumer %q on queue %q prints what it applies and deduplicates\n\n",
 					every, inventory.ConsumerName, inventory.DefaultQueue)
-				cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-				defer cancel()
-				pool, err := app.OpenPool(cctx, cfg.PostgresURL)
-				if err != nil {
-					fmt.Fprintf(out, "ferry dev: demo producer off: %v\n", err)
-					return
-				}
-				writer, _ := outbox.NewWriter(outbox.Config{})
-				wg.Add(2)
+				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					// Every 5th applied message is sent again, so the
-					// deduplication shows.
-					red, _ := cfg.Redactor() // validated by WithDefaults
-					err := inventory.Run(demoCtx, inventory.Config{PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL,
-						Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: logger, Metrics: consumerMetrics, Redact: red})
-					if err != nil {
-						fmt.Fprintf(out, "ferry dev: example consumer stopped: %v\n", err)
-					}
-				}()
-				go func() {
-					defer wg.Done()
-					defer pool.Close()
-					if err := (&demo.Producer{Pool: pool, Writer: writer, Out: out, Every: every}).Run(demoCtx); err != nil {
-						fmt.Fprintf(out, "ferry dev: demo producer stopped: %v\n", err)
-					}
+					dev.RunDemo(demoCtx, Demo{Config: cfg, Logger: logger, Out: out, Every: every, Metrics: consumerMetrics})
 				}()
 			}
 			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))

@@ -47,27 +47,27 @@ func TestCodecKeyFlags(t *testing.T) {
 	t.Setenv("FERRY_CODEC_KEY", "k1:"+key)
 
 	var out, errOut bytes.Buffer
-	require.Equal(t, 0, Main([]string{"--help"}, &out, &errOut))
+	require.Equal(t, 0, Main([]string{"--help"}, &out, &errOut, nil))
 	require.Contains(t, out.String(), "--codec-key")
 	require.Contains(t, out.String(), "--sensitive-field")
 	require.NotContains(t, out.String(), key[:16], "--help never shows a key")
 
 	out.Reset()
 	errOut.Reset()
-	require.Equal(t, 1, Main([]string{"migrate", "--codec-key", "k2:not-a-key"}, &out, &errOut))
+	require.Equal(t, 1, Main([]string{"migrate", "--codec-key", "k2:not-a-key"}, &out, &errOut, nil))
 	require.Contains(t, errOut.String(), "--codec-key (FERRY_CODEC_KEY), key 1: invalid codec key: not base64")
 	require.NotContains(t, errOut.String(), "not-a-key")
 
 	out.Reset()
 	errOut.Reset()
-	require.Equal(t, 1, Main([]string{"migrate", "--sensitive-field", "order:email"}, &out, &errOut))
+	require.Equal(t, 1, Main([]string{"migrate", "--sensitive-field", "order:email"}, &out, &errOut, nil))
 	require.Contains(t, errOut.String(), "--sensitive-field (FERRY_SENSITIVE_FIELDS)")
 }
 
 func TestCodecServerNeedsAKey(t *testing.T) {
 	t.Setenv("FERRY_CODEC_KEY", "")
 	var out, errOut bytes.Buffer
-	require.Equal(t, 1, Main([]string{"codec-server"}, &out, &errOut))
+	require.Equal(t, 1, Main([]string{"codec-server"}, &out, &errOut, nil))
 	require.Contains(t, errOut.String(), "no codec key: set --codec-key")
 }
 
@@ -75,11 +75,11 @@ func TestCodecServerNeedsAKey(t *testing.T) {
 // a database or validation error can quote a payload.
 func TestExitErrorIsMasked(t *testing.T) {
 	t.Parallel()
-	root, g := newRoot(&bytes.Buffer{}, &bytes.Buffer{})
+	root, g := newRoot(&bytes.Buffer{}, &bytes.Buffer{}, nil)
 	require.NoError(t, root.PersistentFlags().Parse([]string{"--sensitive-field", "email"}))
 	err := errors.New(`patch rejected: {"email": "ann@example.com", "sku": "A-1"} email=ann@example.com`)
 	require.Equal(t, `patch rejected: {"email": "[redacted]", "sku": "A-1"} email=[redacted]`, g.maskError(err))
 
-	_, off := newRoot(&bytes.Buffer{}, &bytes.Buffer{})
+	_, off := newRoot(&bytes.Buffer{}, &bytes.Buffer{}, nil)
 	require.Equal(t, err.Error(), off.maskError(err), "no sensitive field named: unchanged")
 }
