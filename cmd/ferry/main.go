@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/ferry-outbox/ferry/internal/cli"
+	"github.com/ferry-outbox/ferry/cmd/ferry/cli"
 )
 
 func main() {

@@ -50,7 +50,7 @@ type Config struct {
 	// Self is this benchmark's binary, re-executed for the plain relay.
 	// Default os.Executable().
 	Self string
-	// TemporalBin is cmd/ferry-bench-temporal's binary. Default
+	// TemporalBin is dev/cmd/ferry-bench-temporal's binary. Default
 	// "ferry-bench-temporal" next to Self.
 	TemporalBin string
 	// PostgresURL is the database the bench schema is made in. Default
@@ -105,7 +105,7 @@ const (
 	SystemPlain = "plain"
 )
 
-// Ferry's relay sources (internal/cli's --source).
+// Ferry's relay sources (cmd/ferry/cli's --source).
 const (
 	SourcePoll = "poll"
 	SourceWAL  = "wal"

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ferry-outbox/ferry/devserver"
+	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/dev/devcli"
-	"github.com/ferry-outbox/ferry/devserver"
+	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )

@@ -17,7 +17,7 @@ const RoleEnv = "FERRY_BENCH_ROLE"
 // RoleRelay: the plain relay (RelayMain).
 const RoleRelay = "relay"
 
-// Settings of the Temporal server, read by cmd/ferry-bench-temporal.
+// Settings of the Temporal server, read by dev/cmd/ferry-bench-temporal.
 const (
 	// TemporalDBEnv is the SQLite file the server keeps its state in.
 	TemporalDBEnv = "FERRY_BENCH_TEMPORAL_DB"

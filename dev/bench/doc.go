@@ -30,8 +30,8 @@
 //
 // The package owns the workloads, the measurement and the report (table,
 // JSON, PNG). It does not link the Temporal server, so the plain relay,
-// cmd/ferry-bench re-executed (RoleEnv), is as small as a plain relay is;
-// cmd/ferry-bench-temporal runs the server. It creates and drops only its
+// dev/cmd/ferry-bench re-executed (RoleEnv), is as small as a plain relay is;
+// dev/cmd/ferry-bench-temporal runs the server. It creates and drops only its
 // own schema (Config.Schema), exchange, replication slots and publications,
 // and its own cluster; it never reconfigures a server it is given.
 package bench

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/configfile"
+	"github.com/ferry-outbox/ferry/cmd/ferry/internal/configfile"
 )
 
 type settings struct {

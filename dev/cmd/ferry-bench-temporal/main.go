@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ferry-outbox/ferry/devserver"
-	"github.com/ferry-outbox/ferry/internal/bench"
+	"github.com/ferry-outbox/ferry/dev/bench"
+	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 

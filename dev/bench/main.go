@@ -17,7 +17,7 @@ import (
 // name) and returns the exit code: 0 when every run delivered every event
 // in order (targets missed do not fail it), 1 otherwise, 2 for bad flags.
 // It must run in a binary that plays the relay role (RoleEnv), as
-// cmd/ferry-bench does.
+// dev/cmd/ferry-bench does.
 func Main(args []string, stdout, stderr io.Writer) int {
 	var cfg Config
 	var workloads, systems, sources string

@@ -13,7 +13,7 @@ import (
 // that links the command can check this).
 func TestComposeRunsRealCommands(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../docker-compose.yml")
+	raw, err := os.ReadFile("../../docker-compose.yml")
 	require.NoError(t, err)
 	var c struct {
 		Services map[string]struct {

@@ -8,7 +8,7 @@
 // scenario, waits until the workflow completes idle, and writes the full
 // history as JSON in the format worker.WorkflowReplayer reads:
 //
-//	go run ./internal/tools/recordhistory -scenario quarantine
+//	cd dev && go run ./tools/recordhistory -scenario quarantine
 //
 // The scenarios:
 //
@@ -55,7 +55,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/ferry-outbox/ferry/devserver"
+	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -80,13 +80,13 @@ var scenarios = map[string]scenario{
 
 func run() error {
 	name := flag.String("scenario", "aggregate", "what to record: aggregate, quarantine, batch, oneshot or oneshot_gap")
-	out := flag.String("out", "", "file to write the history to (default workflows/testdata/<scenario>_history.json)")
+	out := flag.String("out", "", "file to write the history to (default ../workflows/testdata/<scenario>_history.json, from dev/)")
 	flag.Parse()
 	record, ok := scenarios[*name]
 	if !ok {
 		return fmt.Errorf("-scenario %q: want aggregate, quarantine, batch, oneshot or oneshot_gap", *name)
 	}
-	path := cmp.Or(*out, filepath.Join("workflows", "testdata", *name+"_history.json"))
+	path := cmp.Or(*out, filepath.Join("..", "workflows", "testdata", *name+"_history.json"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -26,7 +26,7 @@ import (
 const namespace = "default"
 
 // ferryReady is part of the line `ferry run` prints once its poller and
-// worker are up (internal/cli, serve).
+// worker are up (cmd/ferry/cli, serve).
 const ferryReady = "running:"
 
 // runner runs the benchmark: it owns the bench schema, the Temporal server
@@ -235,7 +235,7 @@ func (r *runner) setup(ctx context.Context) error {
 }
 
 // startTemporal starts the embedded Temporal server in a process of its own
-// (cmd/ferry-bench-temporal) with a fresh SQLite file, as `ferry dev` keeps
+// (dev/cmd/ferry-bench-temporal) with a fresh SQLite file, as `ferry dev` keeps
 // it, serving its own metrics on a free port. A start can fail when
 // another process takes one of the ports the server picked: it is tried
 // three times.
@@ -311,7 +311,7 @@ func checkMetrics(ctx context.Context, url string) error {
 		return err
 	}
 	if m.family(metricPersistenceRequests) == nil {
-		return fmt.Errorf("the Temporal server's metrics at %s have no %s: is cmd/ferry-bench-temporal built from this tree?", url, metricPersistenceRequests)
+		return fmt.Errorf("the Temporal server's metrics at %s have no %s: is dev/cmd/ferry-bench-temporal built from this tree?", url, metricPersistenceRequests)
 	}
 	return nil
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"os"
 
-	"github.com/ferry-outbox/ferry/internal/bench"
+	"github.com/ferry-outbox/ferry/dev/bench"
 )
 
 func main() {

@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ferry-outbox/ferry/internal/configfile"
+	"github.com/ferry-outbox/ferry/cmd/ferry/internal/configfile"
 )
 
 // addConfigFileFlag adds --config and applies the file before any command
