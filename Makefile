@@ -92,8 +92,9 @@ browser: ## Install headless Chromium (Debian package) for the UI test, if missi
 check: lint test ## lint + test (what CI runs)
 
 .PHONY: lint
-lint: $(TOOLS)/workflowcheck vet ## gofmt, go vet (every module), workflowcheck
+lint: $(TOOLS)/workflowcheck vet ## gofmt, go mod tidy and go vet (every module), workflowcheck
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $$m are not tidy: cd $$m && go mod tidy"; exit 1; }; done
 	$(TOOLS)/workflowcheck ./workflows/... ./effects/...
 
 # go vet in every module, and the dev module with the faults tag (the long
