@@ -101,6 +101,22 @@ func stopRabbitMQ(t *testing.T, mq *testenv.RabbitNode, down time.Duration) outa
 	return outage{what: "RabbitMQ rabbitmqctl stop", down: time.Since(stopped)}
 }
 
+// The outbox database is stopped for 20 s under load and started again:
+// once cleanly (pg_ctl stop -m fast: sessions are terminated, a checkpoint
+// is written) and once as a crash (-m immediate: no checkpoint, recovery
+// from the WAL at start). Producers fail meanwhile; Ferry's pools, its
+// LISTEN connection and the consumer's inbox reconnect, claims cut off
+// roll back, and every committed event is delivered once, in order.
+func TestFaultPostgresRestart(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"fast", "immediate"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			runPostgresRestarts(t, []string{mode}, 20*time.Second)
+		})
+	}
+}
+
 // runPostgresRestarts runs `ferry run` and a checker consumer on a private
 // cluster under load, and stops and starts the cluster once per mode.
 func runPostgresRestarts(t *testing.T, modes []string, down time.Duration) report {
