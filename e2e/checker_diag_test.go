@@ -194,3 +194,39 @@ func truncateDiag(s string, n int) string {
 	}
 	return s
 }
+
+// runStatuses counts the runs of the aggregate workflows the workload
+// touched, by status ("Completed", "Running", "Failed", …): a run that
+// failed left the events it held to no one.
+func (c *checker) runStatuses(ctx context.Context) map[string]int {
+	t := c.t
+	aggs := map[string]bool{}
+	c.mu.Lock()
+	for _, a := range c.attempts {
+		aggs[a.aggID] = true
+	}
+	c.mu.Unlock()
+	out := map[string]int{}
+	for agg := range aggs {
+		wfID := workflows.WorkflowID(c.e.aggType, agg)
+		var token []byte
+		for {
+			resp, err := c.temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+				Namespace: c.ns, Query: fmt.Sprintf("WorkflowId = '%s'", wfID), NextPageToken: token,
+			})
+			if err != nil {
+				t.Errorf("list the runs of %s: %v", wfID, err)
+				return out
+			}
+			for _, ex := range resp.Executions {
+				status := strings.TrimPrefix(ex.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")
+				out[strings.ToUpper(status[:1])+strings.ToLower(status[1:])]++
+			}
+			token = resp.NextPageToken
+			if len(token) == 0 {
+				break
+			}
+		}
+	}
+	return out
+}

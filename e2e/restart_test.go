@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -136,7 +137,11 @@ func runPostgresRestarts(t *testing.T, modes []string, down time.Duration) repor
 	stop()
 	r := c.check(3 * time.Minute)
 	stall := c.tap.stall()
-	t.Log(restartFigures(outages, r, stall))
+	runs := c.runStatuses(context.Background())
+	t.Log(restartFigures(outages, r, stall) + fmt.Sprintf("; aggregate runs by status: %v", runs))
+	// A run that fails leaves its events dispatched and held by no run:
+	// an outage must be waited out, never end a run.
+	require.Zero(t, runs["Failed"]+runs["Timed_out"]+runs["Terminated"], "aggregate runs that did not survive the outage: %v", runs)
 	require.False(t, ferry.exited(), "ferry run survived the restarts:\n%s", ferry.out.String())
 	require.False(t, consumer.exited(), "the consumer survived the restarts:\n%s", consumer.out.String())
 	require.Positive(t, r.Failed+r.Unknown, "producers ran into the outage")
