@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/fx"
 
+	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/devserver"
 	"github.com/ferry-outbox/ferry/examples/inventory"
-	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/demo"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
@@ -55,11 +55,11 @@ which prints what it applies and what it deduplicates.`,
 			}
 			defer devCodec.stop()
 
-			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.TemporalAddress, dataDir)
+			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.Temporal.Address, dataDir)
 			srv, err := devserver.Start(ctx, devserver.Config{
 				CodecEndpoint: devCodec.endpoint,
 				DatabasePath:  filepath.Join(dataDir, "temporal.db"),
-				Address:       cfg.TemporalAddress,
+				Address:       cfg.Temporal.Address,
 				UIAddress:     uiAddress,
 				Namespace:     cfg.Namespace,
 				LogFile:       filepath.Join(dataDir, "temporal-server.log"),
@@ -73,7 +73,7 @@ which prints what it applies and what it deduplicates.`,
 				fmt.Fprintln(out, "ferry dev: stopping embedded Temporal server…")
 				_ = srv.Stop()
 			}()
-			cfg.TemporalAddress = srv.FrontendAddress()
+			cfg.Temporal.Address = srv.FrontendAddress()
 			devCodec.serve(srv.UIURL())
 
 			if err := migrate(ctx, cfg, schema.DefaultLockTimeout, out); err != nil {
@@ -112,7 +112,7 @@ which prints what it applies and what it deduplicates.`,
 					every, inventory.ConsumerName, inventory.DefaultQueue)
 				cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 				defer cancel()
-				pool, err := app.OpenPool(cctx, cfg.PostgresURL)
+				pool, err := cfg.OpenPool(cctx)
 				if err != nil {
 					fmt.Fprintf(out, "ferry dev: demo producer off: %v\n", err)
 					return
@@ -124,7 +124,7 @@ which prints what it applies and what it deduplicates.`,
 					// Every 5th applied message is sent again, so the
 					// deduplication shows.
 					red, _ := cfg.Redactor() // validated by WithDefaults
-					err := inventory.Run(demoCtx, inventory.Config{PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL,
+					err := inventory.Run(demoCtx, inventory.Config{PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQPURL,
 						Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: logger, Metrics: consumerMetrics, Redact: red})
 					if err != nil {
 						fmt.Fprintf(out, "ferry dev: example consumer stopped: %v\n", err)
@@ -138,7 +138,7 @@ which prints what it applies and what it deduplicates.`,
 					}
 				}()
 			}
-			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
+			return serve(ctx, cfg, ferry.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
 		},
 	}
 	f := cmd.Flags()
