@@ -310,7 +310,7 @@ func TestWALCommands(t *testing.T) {
 	require.Contains(t, out, "--source poll")
 	code, out = ferry(t, []string{"FERRY_POSTGRES_URL=" + shared.URL}, "poller", "--source", "wal", "--wal-slot", "Ferry-Slot")
 	require.Equal(t, 1, code, out)
-	require.Contains(t, out, `Config.Slot "Ferry-Slot"`)
+	require.Contains(t, out, `--wal-slot (FERRY_WAL_SLOT) "Ferry-Slot"`)
 
 	e, _ := walEnv(t)
 	env := append([]string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_TASK_QUEUE=" + e.taskQueue}, temporal...)
