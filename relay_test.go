@@ -138,3 +138,17 @@ func TestConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, cfg, again)
 }
+
+// New reads Config.Source: with "wal" the relay tails the log instead of
+// claiming (it used to poll whatever Source said). The shared PostgreSQL has
+// wal_level replica, so Start says so.
+func TestNewHonoursSourceWAL(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	r, err := ferry.New(ferry.Config{Source: ferry.SourceWAL}, ferry.Deps{Pool: db.Pool, Temporal: lazy}, ferry.Roles{Poller: true})
+	require.NoError(t, err)
+	err = r.Start(context.Background())
+	require.ErrorContains(t, err, "wal_level is not logical")
+	r.Stop()
+}
