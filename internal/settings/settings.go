@@ -213,7 +213,7 @@ var All = []Setting{
 	{Name: "max-blocked-refs", Env: "FERRY_MAX_BLOCKED_REFS", Fields: []string{"Config.MaxBlockedRefs"}, Owner: OwnerWorker,
 		Default: workflows.DefaultMaxBlockedRefs, Usage: "event references a blocked aggregate workflow keeps; later events wait in PostgreSQL for its repair; -1: no bound",
 		Note: "see [Poison events](operating.md#poison-events-quarantine-and-repair)", Applies: appliesWorkflow},
-	{Fields: []string{"worker.Config.MaxHistoryEvents"}, Owner: OwnerWorker, Default: workflows.DefaultMaxHistoryEvents,
+	{Fields: []string{"workflows.Settings.MaxHistoryEvents"}, Owner: OwnerWorker, Default: workflows.DefaultMaxHistoryEvents,
 		Usage: "history length at which an aggregate workflow continues as new", Applies: appliesWorkflow},
 
 	// Worker: its schedules.

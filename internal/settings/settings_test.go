@@ -63,7 +63,7 @@ func TestEveryFieldIsInTheTable(t *testing.T) {
 			typ, name, _ := strings.Cut(field, ".")
 			v, ok := configs[typ]
 			if !ok {
-				require.True(t, strings.HasPrefix(field, "worker."), "row %q: unknown type in %s", s.Name, field)
+				require.True(t, strings.HasPrefix(field, "workflows."), "row %q: unknown type in %s", s.Name, field)
 				continue
 			}
 			_, ok = v.Type().FieldByName(name)
@@ -81,7 +81,7 @@ func TestDefaultsAreTheTables(t *testing.T) {
 			typ, name, _ := strings.Cut(field, ".")
 			v, ok := configs[typ]
 			if !ok || field == "Config.Policies" {
-				continue // worker.Config's own; Policies is a map, nil by default
+				continue
 			}
 			got := v.FieldByName(name).Interface()
 			if def, ok := s.Default.([]string); ok {
@@ -99,7 +99,7 @@ func TestDocCommentsStateTheDefault(t *testing.T) {
 	comments := fieldComments(t, "../..")
 	for _, s := range settings.All {
 		for _, field := range s.Fields {
-			if strings.HasPrefix(field, "worker.") {
+			if strings.HasPrefix(field, "workflows.") {
 				continue
 			}
 			doc, ok := comments[field]
