@@ -24,6 +24,11 @@ import (
 // docs/configuration.md). Not parallel: flags read FERRY_* variables when
 // they are defined.
 func TestFlagsFromTheTable(t *testing.T) {
+	for _, s := range settings.Flags() {
+		if s.Env != "" {
+			t.Setenv(s.Env, "") // empty counts as unset: the table's defaults
+		}
+	}
 	root, _ := newRoot(&bytes.Buffer{}, &bytes.Buffer{})
 	fs := root.PersistentFlags()
 	for _, s := range settings.Flags() {
