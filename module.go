@@ -77,6 +77,16 @@ var Module = fx.Options(Postgres, Temporal, Metrics, Poller, Worker)
 
 func withDefaults(c Config) (Config, error) { return c.WithDefaults() }
 
+// shared are the dependencies every module's constructor takes (a named
+// field of each one's fx.In struct: fx fills nested parameter structs).
+type shared struct {
+	fx.In
+
+	Lifecycle fx.Lifecycle
+	Logger    *slog.Logger         `optional:"true"`
+	Tracer    trace.TracerProvider `optional:"true"`
+}
+
 func logger(l *slog.Logger) *slog.Logger {
 	if l == nil {
 		return slog.Default()
@@ -110,10 +120,8 @@ func newPool(d poolDeps) (*pgxpool.Pool, error) {
 type temporalDeps struct {
 	fx.In
 
-	Lifecycle fx.Lifecycle
-	Logger    *slog.Logger         `optional:"true"`
-	Tracer    trace.TracerProvider `optional:"true"`
-	Config    TemporalConfig       `optional:"true"`
+	Shared shared
+	Config TemporalConfig `optional:"true"`
 }
 
 // newTemporalClient dials Temporal with the tracing interceptor, so that
@@ -121,46 +129,42 @@ type temporalDeps struct {
 // header and every worker built on the client traces workflow runs,
 // signals and activities as its descendants.
 func newTemporalClient(d temporalDeps) (client.Client, error) {
-	i, err := telemetry.TemporalInterceptor(tracerProvider(d.Tracer))
+	i, err := telemetry.TemporalInterceptor(tracerProvider(d.Shared.Tracer))
 	if err != nil {
 		return nil, err
 	}
-	c, err := d.Config.Dial(context.Background(), logger(d.Logger), i)
+	c, err := d.Config.Dial(context.Background(), logger(d.Shared.Logger), i)
 	if err != nil {
 		return nil, err
 	}
-	d.Lifecycle.Append(fx.StopHook(c.Close))
+	d.Shared.Lifecycle.Append(fx.StopHook(c.Close))
 	return c, nil
 }
 
 type pollerDeps struct {
 	fx.In
 
-	Lifecycle fx.Lifecycle
-	Logger    *slog.Logger         `optional:"true"`
-	Tracer    trace.TracerProvider `optional:"true"`
-	Config    Config
-	Pool      *pgxpool.Pool
-	Temporal  client.Client
-	Metrics   *metrics.Metrics `optional:"true"`
+	Shared   shared
+	Config   Config
+	Pool     *pgxpool.Pool
+	Temporal client.Client
+	Metrics  *metrics.Metrics `optional:"true"`
 }
 
 func newPollerConfig(d pollerDeps) poller.Config {
-	pc := pollerConfig(d.Config, d.Pool, d.Temporal, logger(d.Logger))
+	pc := pollerConfig(d.Config, d.Pool, d.Temporal, logger(d.Shared.Logger))
 	pc.Metrics = d.Metrics.Relay()
-	pc.TracerProvider = tracerProvider(d.Tracer)
+	pc.TracerProvider = tracerProvider(d.Shared.Tracer)
 	return pc
 }
 
 type relayDeps struct {
 	fx.In
 
-	Lifecycle fx.Lifecycle
-	Logger    *slog.Logger         `optional:"true"`
-	Tracer    trace.TracerProvider `optional:"true"`
-	Config    Config
-	Pool      *pgxpool.Pool
-	Poller    *poller.Poller
+	Shared shared
+	Config Config
+	Pool   *pgxpool.Pool
+	Poller *poller.Poller
 }
 
 // runRelay runs the poller's loop for the app's lifetime or, with
@@ -169,16 +173,16 @@ type relayDeps struct {
 // dispatches them and runs the catch-up claim pass.
 func runRelay(d relayDeps) error {
 	if d.Config.Source != SourceWAL {
-		d.Lifecycle.Append(fx.StartStopHook(d.Poller.Start, d.Poller.Stop))
+		d.Shared.Lifecycle.Append(fx.StartStopHook(d.Poller.Start, d.Poller.Stop))
 		return nil
 	}
 	wc := walConfig(d.Config)
-	wc.Pool, wc.Poller, wc.Logger = d.Pool, d.Poller, logger(d.Logger)
+	wc.Pool, wc.Poller, wc.Logger = d.Pool, d.Poller, logger(d.Shared.Logger)
 	r, err := walrelay.New(wc)
 	if err != nil {
 		return err
 	}
-	d.Lifecycle.Append(fx.StartStopHook(r.Start, r.Stop))
+	d.Shared.Lifecycle.Append(fx.StartStopHook(r.Start, r.Stop))
 	return nil
 }
 
@@ -209,9 +213,7 @@ func newModulePublisher(d publisherDeps) (*broker.Publisher, error) {
 type workerDeps struct {
 	fx.In
 
-	Lifecycle fx.Lifecycle
-	Logger    *slog.Logger         `optional:"true"`
-	Tracer    trace.TracerProvider `optional:"true"`
+	Shared    shared
 	Config    Config
 	Pool      *pgxpool.Pool
 	Temporal  client.Client
@@ -221,16 +223,14 @@ type workerDeps struct {
 }
 
 func newWorkerConfig(d workerDeps) (worker.Config, error) {
-	return workerConfig(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics, d.Maint, tracerProvider(d.Tracer))
+	return workerConfig(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics, d.Maint, tracerProvider(d.Shared.Tracer))
 }
 
 type metricsDeps struct {
 	fx.In
 
 	Lifecycle  fx.Lifecycle
-	Logger     *slog.Logger         `optional:"true"`
-	Tracer     trace.TracerProvider `optional:"true"`
-	Config     Config               `optional:"true"`
+	Config     Config `optional:"true"`
 	Pool       *pgxpool.Pool
 	Registerer prometheus.Registerer `optional:"true"`
 }
