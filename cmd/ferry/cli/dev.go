@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
 
+	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/examples/inventory"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -148,16 +149,16 @@ binary fails here and says what to run instead.`,
 			}
 			if pg != nil {
 				fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state in PostgreSQL %s, databases %s and %s; log in %s)…\n",
-					cfg.TemporalAddress, redactedURL(pg.URL), pg.Database, pg.VisibilityDatabase, dataDir)
+					cfg.Temporal.Address, redactedURL(pg.URL), pg.Database, pg.VisibilityDatabase, dataDir)
 			} else {
-				fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.TemporalAddress, dataDir)
+				fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.Temporal.Address, dataDir)
 			}
 			srv, err := dev.StartServer(ctx, DevServerConfig{
 				CodecEndpoint: devCodec.endpoint,
 				Postgres:      pg,
 				Progress:      out,
 				DatabasePath:  filepath.Join(dataDir, "temporal.db"),
-				Address:       cfg.TemporalAddress,
+				Address:       cfg.Temporal.Address,
 				UIAddress:     uiAddress,
 				Namespace:     cfg.Namespace,
 				LogFile:       filepath.Join(dataDir, "temporal-server.log"),
@@ -169,7 +170,7 @@ binary fails here and says what to run instead.`,
 				fmt.Fprintln(out, "ferry dev: stopping embedded Temporal server…")
 				_ = srv.Stop()
 			}()
-			cfg.TemporalAddress = srv.FrontendAddress()
+			cfg.Temporal.Address = srv.FrontendAddress()
 			devCodec.serve(srv.UIURL())
 
 			if err := migrate(ctx, cfg, schema.DefaultLockTimeout, out); err != nil {
@@ -212,7 +213,7 @@ binary fails here and says what to run instead.`,
 					dev.RunDemo(demoCtx, Demo{Config: cfg, Logger: logger, Out: out, Every: every, Metrics: consumerMetrics})
 				}()
 			}
-			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
+			return serve(ctx, cfg, ferry.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
 		},
 	}
 	f := cmd.Flags()
@@ -295,7 +296,7 @@ the frontend process first: it creates and upgrades the databases.`,
 				return fmt.Errorf("--services needs --temporal-postgres-url: the parts of a cluster share its databases")
 			}
 			srv, err := dev.StartServer(cmd.Context(), DevServerConfig{
-				Address:       cfg.TemporalAddress,
+				Address:       cfg.Temporal.Address,
 				Namespace:     cfg.Namespace,
 				Postgres:      pg,
 				Services:      services,
@@ -310,7 +311,7 @@ the frontend process first: it creates and upgrades the databases.`,
 			if len(services) > 0 {
 				running = strings.Join(services, ", ")
 			}
-			fmt.Fprintf(g.stdout, "ferry dev temporal: %s running (frontend %s); Ctrl-C stops\n", running, cfg.TemporalAddress)
+			fmt.Fprintf(g.stdout, "ferry dev temporal: %s running (frontend %s); Ctrl-C stops\n", running, cfg.Temporal.Address)
 			<-cmd.Context().Done()
 			return srv.Stop()
 		},

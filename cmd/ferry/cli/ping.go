@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/status"
 )
 
@@ -27,21 +26,21 @@ func pingCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ConnectTimeout)
 			defer cancel()
-			pool, err := app.OpenPool(ctx, cfg.PostgresURL)
+			pool, err := cfg.OpenPool(ctx)
 			if err != nil {
 				return err
 			}
 			pool.Close()
-			c, err := app.DialTemporal(ctx, cfg, logger)
+			c, err := cfg.DialTemporal(ctx, logger)
 			if err != nil {
 				return err
 			}
-			tinfo, err := status.CollectTemporal(ctx, c.WorkflowService(), cfg.TemporalAddress)
+			tinfo, err := status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address)
 			c.Close()
 			if err != nil {
 				return err
 			}
-			pub, err := app.OpenPublisher(ctx, cfg)
+			pub, err := cfg.OpenPublisher(ctx)
 			if err != nil {
 				return err
 			}

@@ -41,7 +41,7 @@ func statusCmd(g *globals) *cobra.Command {
 			if snap.WALSlot, err = status.CollectWALSlot(ctx, pool, cfg.WALSlot); err != nil {
 				return err
 			}
-			if snap.Temporal, err = status.CollectTemporal(ctx, c.WorkflowService(), cfg.TemporalAddress); err != nil {
+			if snap.Temporal, err = status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address); err != nil {
 				return err
 			}
 			if asJSON {
