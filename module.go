@@ -53,8 +53,9 @@ var (
 	// into, and the outbox collector (backlog, oldest age, table size; see
 	// README, Metrics). With a prometheus.Registerer in the graph they go
 	// there and your service's /metrics serves them; without one, Ferry
-	// serves its own registry on Config.MetricsAddress when set. Needs a
-	// *pgxpool.Pool.
+	// serves its own registry on Config.MetricsAddress when set. With
+	// Temporal in the graph, the Temporal SDK's client and worker metrics
+	// (temporal_*) go to the same registry. Needs a *pgxpool.Pool.
 	Metrics = app.MetricsModule
 )
 

@@ -90,8 +90,19 @@ func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// NewTemporalClient dials Temporal; fx closes the client on stop.
-func NewTemporalClient(p Params) (client.Client, error) {
+// temporalDeps are the Temporal client's dependencies.
+type temporalDeps struct {
+	fx.In
+
+	Params
+	// SDKMetrics is MetricsModule's; without it the client records none of
+	// the SDK's metrics.
+	SDKMetrics sdkMetrics `optional:"true"`
+}
+
+// newTemporalClient dials Temporal; fx closes the client on stop.
+func newTemporalClient(d temporalDeps) (client.Client, error) {
+	p := d.Params
 	cfg := p.Config
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
 	defer cancel()
@@ -99,7 +110,7 @@ func NewTemporalClient(p Params) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := dialTemporal(ctx, cfg, p.logger(), interceptors)
+	c, err := dialTemporal(ctx, cfg, p.logger(), interceptors, d.SDKMetrics.handler)
 	if err != nil {
 		return nil, err
 	}
@@ -111,12 +122,13 @@ func NewTemporalClient(p Params) (client.Client, error) {
 // when configured, and the payload codec when keys are set) and checks that
 // it answers. Workers built on the client share its codec.
 func DialTemporal(ctx context.Context, cfg Config, logger *slog.Logger) (client.Client, error) {
-	return dialTemporal(ctx, cfg, logger, nil)
+	return dialTemporal(ctx, cfg, logger, nil, nil)
 }
 
-// dialTemporal is DialTemporal with client interceptors (tracing), which
-// workers built on the client share.
-func dialTemporal(ctx context.Context, cfg Config, logger *slog.Logger, interceptors []interceptor.ClientInterceptor) (client.Client, error) {
+// dialTemporal is DialTemporal with client interceptors (tracing) and a
+// metrics handler for the SDK's metrics (nil: none), which workers built on
+// the client share.
+func dialTemporal(ctx context.Context, cfg Config, logger *slog.Logger, interceptors []interceptor.ClientInterceptor, mh client.MetricsHandler) (client.Client, error) {
 	conn, creds, err := cfg.temporalConnection()
 	if err != nil {
 		return nil, err
@@ -128,6 +140,7 @@ func dialTemporal(ctx context.Context, cfg Config, logger *slog.Logger, intercep
 		ConnectionOptions: conn,
 		Credentials:       creds,
 		Interceptors:      interceptors,
+		MetricsHandler:    mh,
 	}
 	cdc, err := cfg.Codec()
 	if err != nil {

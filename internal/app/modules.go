@@ -13,6 +13,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/walrelay"
@@ -33,7 +34,7 @@ var (
 	// settings.
 	TemporalModule = fx.Module("ferry.temporal",
 		fx.Decorate(withDefaults),
-		fx.Provide(NewTemporalClient),
+		fx.Provide(newTemporalClient),
 	)
 	// PollerModule runs the poller (PostgreSQL → Temporal). Needs a
 	// *pgxpool.Pool and a client.Client.
@@ -95,7 +96,10 @@ func workerConfig(d workerDeps) (worker.Config, error) {
 // process) with the outbox collector, and a *metrics.Server (nil when off).
 // They go to the service's prometheus.Registerer when its graph has one
 // (its own /metrics then serves them), else to a registry of Ferry's own,
-// served on Config.MetricsAddress when set. Needs a *pgxpool.Pool.
+// served on Config.MetricsAddress when set. The Temporal SDK's client and
+// worker metrics (temporal_*) go to the same registry, through the client
+// TemporalModule dials (a client.Client of the service's own records what
+// its own MetricsHandler says). Needs a *pgxpool.Pool.
 var MetricsModule = fx.Module("ferry.metrics",
 	fx.Decorate(withDefaults),
 	fx.Provide(newMetrics),
@@ -118,7 +122,15 @@ type metricsOut struct {
 	// Server serves Ferry's own registry on Config.MetricsAddress; nil
 	// when that is empty or the service brought a Registerer.
 	Server *metrics.Server
+	// SDK records the Temporal SDK's metrics on the same registry, through
+	// the client TemporalModule dials; none when nothing serves them.
+	SDK sdkMetrics
 }
+
+// sdkMetrics carries the Temporal SDK's metrics handler from MetricsModule
+// to TemporalModule: a type of Ferry's own, so that it never meets a
+// client.MetricsHandler of the service's in the graph.
+type sdkMetrics struct{ handler client.MetricsHandler }
 
 func newMetrics(d metricsDeps) (metricsOut, error) {
 	var out metricsOut
@@ -150,6 +162,18 @@ func newMetrics(d metricsDeps) (metricsOut, error) {
 			return out, fmt.Errorf("consumer metrics are already registered on your prometheus.Registerer: with ferry.Metrics in the graph, take its *metrics.Consumer from the graph instead of calling metrics.NewConsumer: %w", err)
 		}
 		return out, err
+	}
+	// The SDK's client and worker metrics (temporal_*) go on the same
+	// registry when something serves it. The provider stops after the
+	// client closes (the client, built later, stops first).
+	if own == nil || d.Config.MetricsAddress != "" {
+		h, shutdown, err := telemetry.TemporalMetrics(t)
+		if err != nil {
+			t.unregisterAll()
+			return out, err
+		}
+		out.SDK = sdkMetrics{h}
+		d.Lifecycle.Append(fx.StopHook(shutdown))
 	}
 	d.Lifecycle.Append(fx.StopHook(t.unregisterAll))
 	if own != nil && d.Config.MetricsAddress != "" {
