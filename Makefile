@@ -7,6 +7,10 @@ BIN           := bin
 TOOLS         := $(BIN)/tools
 # Pinned tool versions: bump deliberately, never @latest.
 WORKFLOWCHECK_VERSION := v0.6.0
+# Temporal's CLI, for the test that runs the docs' `temporal` commands (the
+# test checks the binary's version against the same pin).
+TEMPORAL_CLI_VERSION  := v1.5.1
+TEMPORAL_CLI          := $(TOOLS)/temporal-$(TEMPORAL_CLI_VERSION)/temporal
 
 # Packages that link the embedded Temporal server run without -race: each
 # such test binary is ~200 MB, and -race makes it several times slower. The
@@ -32,12 +36,12 @@ build: ## Build bin/ferry (the first build compiles the Temporal server: 5-20 mi
 	$(GO) build -o $(BIN)/ferry ./cmd/ferry
 
 .PHONY: test
-test: browser ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
+test: browser temporal-cli ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) vet ./...
 	$(GO) vet -tags faults ./e2e/
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 	@mkdir -p test-output
-	$(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(SERVER_PKGS)
+	FERRY_TEMPORAL_CLI=$(abspath $(TEMPORAL_CLI)) $(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(SERVER_PKGS)
 	@echo "screenshots and other test artifacts: test-output/_artifacts/"
 
 # The long fault runs are built only with the faults tag: without it they are
@@ -70,6 +74,13 @@ browser: ## Install headless Chromium (Debian package) for the UI test, if missi
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  echo "installing chromium for the UI test (apt-get)…"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+.PHONY: temporal-cli
+temporal-cli: $(TEMPORAL_CLI) ## Build Temporal's CLI (pinned) for the CLI test, if missing (the first build compiles a Temporal server: minutes)
+
+$(TEMPORAL_CLI):
+	@mkdir -p $(dir $@)
+	GOBIN=$(abspath $(dir $@)) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
 .PHONY: check
 check: lint test ## lint + test (what CI runs)
