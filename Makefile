@@ -64,14 +64,16 @@ test: browser temporal-cli vet ## Run all tests, every module, against local Pos
 # The long fault runs are built only with the faults tag: without it they are
 # not in the test binary. Figures go to the -v output.
 .PHONY: test-faults
-test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000): ~40 min
+test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000), faults against a Temporal cluster of processes (FERRY_FAULTS_DURATION): ~45 min
 	cd dev && $(GO) test -tags faults -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
 # The benchmark measures bin/ferry (the production binary) as built from this
 # tree, so both targets build it first. BENCH_FLAGS adds flags (ferry-bench -h lists them), e.g.
 # make bench BENCH_FLAGS='-workloads burst,steady-100 -reps 5', or
 # BENCH_FLAGS='-sources poll,wal' for Ferry with both relay sources side by
-# side (on a PostgreSQL cluster the bench starts itself, wal_level=logical).
+# side (on a PostgreSQL cluster the bench starts itself, wal_level=logical),
+# or BENCH_FLAGS='-temporal-postgres-url postgres://postgres@127.0.0.1:5432/postgres'
+# for the bench's Temporal server on PostgreSQL instead of SQLite.
 .PHONY: bench
 bench: build-ferry bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 1 hour)
 	./$(BIN)/ferry-bench $(BENCH_FLAGS)

@@ -53,6 +53,18 @@ type Config struct {
 	// TemporalBin is dev/cmd/ferry-bench-temporal's binary. Default
 	// "ferry-bench-temporal" next to Self.
 	TemporalBin string
+	// TemporalPostgresURL makes the bench's Temporal server keep its state
+	// in PostgreSQL on this server (postgres://user:password@host:port/db;
+	// db is where the databases are created from), in the databases
+	// TemporalPostgresDB and TemporalPostgresDB+"_visibility", dropped and
+	// created afresh at every start of the server. Default: SQLite.
+	TemporalPostgresURL string `json:"-"`
+	// TemporalPostgresDB names the server's databases with
+	// TemporalPostgresURL. Default "ferry_bench_temporal".
+	TemporalPostgresDB string `json:"temporal_postgres_db,omitempty"`
+	// TemporalShards is the server's number of history shards with
+	// TemporalPostgresURL (SQLite: 1). Default 4.
+	TemporalShards int `json:"temporal_shards,omitempty"`
 	// PostgresURL is the database the bench schema is made in. Default
 	// Ferry's, postgres://postgres@127.0.0.1:5432/postgres; with Sources
 	// wal, the bench's own cluster (set once it started).
@@ -128,6 +140,16 @@ var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // WithDefaults fills the defaults and validates c.
 func (c Config) WithDefaults() (Config, error) {
 	c.Scale = cmp.Or(c.Scale, 1)
+	if c.TemporalPostgresURL != "" {
+		c.TemporalPostgresDB = cmp.Or(c.TemporalPostgresDB, "ferry_bench_temporal")
+		c.TemporalShards = cmp.Or(c.TemporalShards, 4)
+		if c.TemporalShards < 1 {
+			return c, fmt.Errorf("bench: Config.TemporalShards is %d: want at least 1", c.TemporalShards)
+		}
+		if !validIdent(c.TemporalPostgresDB) {
+			return c, fmt.Errorf("bench: Config.TemporalPostgresDB %q: want a lower-case SQL name", c.TemporalPostgresDB)
+		}
+	}
 	c.Reps = cmp.Or(c.Reps, 3)
 	if len(c.Workloads) == 0 {
 		c.Workloads = slices.Clone(WorkloadNames)
@@ -292,4 +314,15 @@ func count(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// validIdent: a database name the bench may create and drop.
+func validIdent(s string) bool { return regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`).MatchString(s) }
+
+// temporalPersistence names the bench Temporal server's persistence.
+func (c Config) temporalPersistence() string {
+	if c.TemporalPostgresURL != "" {
+		return fmt.Sprintf("PostgreSQL, %d history shards", c.TemporalShards)
+	}
+	return "SQLite"
 }

@@ -516,7 +516,7 @@ func (res *Results) targets() []Target {
 
 // WriteTable prints the results for people.
 func (res *Results) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "\nFerry (bin/ferry run + embedded Temporal) vs. a plain relay (SKIP LOCKED → confirms → mark).\n")
+	fmt.Fprintf(w, "\nFerry (bin/ferry run + embedded Temporal on %s) vs. a plain relay (SKIP LOCKED → confirms → mark).\n", res.Config.temporalPersistence())
 	if res.Config.privateCluster() {
 		fmt.Fprintf(w, "Ferry with each relay source: ferry-poll (--source poll, as shipped) and ferry-wal (--source wal, log tailing);\n"+
 			"every system on a PostgreSQL cluster of the bench's own (wal_level=logical).\n")

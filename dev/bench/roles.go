@@ -21,6 +21,12 @@ const RoleRelay = "relay"
 const (
 	// TemporalDBEnv is the SQLite file the server keeps its state in.
 	TemporalDBEnv = "FERRY_BENCH_TEMPORAL_DB"
+	// TemporalPGEnv, TemporalPGDBEnv and TemporalShardsEnv: PostgreSQL
+	// persistence instead of the SQLite file (Config.TemporalPostgresURL);
+	// the visibility database is TemporalPGDBEnv's with "_visibility".
+	TemporalPGEnv     = "FERRY_BENCH_TEMPORAL_PG_URL"
+	TemporalPGDBEnv   = "FERRY_BENCH_TEMPORAL_PG_DB"
+	TemporalShardsEnv = "FERRY_BENCH_TEMPORAL_SHARDS"
 	// TemporalLogEnv is the server's log file.
 	TemporalLogEnv = "FERRY_BENCH_TEMPORAL_LOG"
 	// TemporalMetricsEnv is the host:port where the server serves its own

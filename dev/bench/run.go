@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -255,10 +256,19 @@ func (r *runner) startTemporal(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.progress.say("Temporal: starting the embedded server (devserver, SQLite %s, metrics on %s) in its own process…", db, metricsAddr)
-		c, err := startChild("Temporal server", r.cfg.TemporalBin, nil,
-			[]string{TemporalDBEnv + "=" + db, TemporalLogEnv + "=" + filepath.Join(r.cfg.OutDir, "logs", "temporal-server.log"),
-				TemporalMetricsEnv + "=" + metricsAddr},
+		env := []string{TemporalDBEnv + "=" + db, TemporalLogEnv + "=" + filepath.Join(r.cfg.OutDir, "logs", "temporal-server.log"),
+			TemporalMetricsEnv + "=" + metricsAddr}
+		if u := r.cfg.TemporalPostgresURL; u != "" {
+			if err := dropTemporalDatabases(ctx, u, r.cfg.TemporalPostgresDB); err != nil {
+				return err
+			}
+			r.progress.say("Temporal: starting the embedded server (devserver, PostgreSQL %s databases %s and %s_visibility, %d history shards, metrics on %s) in its own process…",
+				redactURL(u), r.cfg.TemporalPostgresDB, r.cfg.TemporalPostgresDB, r.cfg.TemporalShards, metricsAddr)
+			env = append(env, TemporalPGEnv+"="+u, TemporalPGDBEnv+"="+r.cfg.TemporalPostgresDB, TemporalShardsEnv+"="+strconv.Itoa(r.cfg.TemporalShards))
+		} else {
+			r.progress.say("Temporal: starting the embedded server (devserver, SQLite %s, metrics on %s) in its own process…", db, metricsAddr)
+		}
+		c, err := startChild("Temporal server", r.cfg.TemporalBin, nil, env,
 			filepath.Join(r.cfg.OutDir, "logs", "temporal.log"), TemporalReady)
 		if err != nil {
 			return err
@@ -804,4 +814,21 @@ func redactURL(raw string) string {
 		return "<unparseable URL>"
 	}
 	return u.Redacted()
+}
+
+// dropTemporalDatabases drops the bench Temporal server's two databases
+// (name, name_visibility) on the server at url, so that every start of the
+// server begins empty, as the SQLite folder does.
+func dropTemporalDatabases(ctx context.Context, url, name string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to Temporal's PostgreSQL %s: %w", redactURL(url), err)
+	}
+	defer conn.Close(ctx)
+	for _, db := range []string{name, name + "_visibility"} {
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop Temporal's database %s: %w", db, err)
+		}
+	}
+	return nil
 }

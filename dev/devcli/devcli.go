@@ -29,6 +29,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 type dev struct{}
 
 func (dev) StartServer(ctx context.Context, c cli.DevServerConfig) (cli.DevServer, error) {
+	var pg *devserver.Postgres
+	if c.Postgres != nil {
+		pg = &devserver.Postgres{URL: c.Postgres.URL, Database: c.Postgres.Database,
+			VisibilityDatabase: c.Postgres.VisibilityDatabase, HistoryShards: c.Postgres.HistoryShards}
+	}
 	return devserver.Start(ctx, devserver.Config{
 		CodecEndpoint: c.CodecEndpoint,
 		DatabasePath:  c.DatabasePath,
@@ -36,6 +41,10 @@ func (dev) StartServer(ctx context.Context, c cli.DevServerConfig) (cli.DevServe
 		UIAddress:     c.UIAddress,
 		Namespace:     c.Namespace,
 		LogFile:       c.LogFile,
+		Postgres:      pg,
+		Services:      c.Services,
+		InternalPorts: c.InternalPorts,
+		Progress:      c.Progress,
 		// The dead-letter view: Ferry's search attributes.
 		SearchAttributes: workflows.SearchAttributeTypes,
 	})

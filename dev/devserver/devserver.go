@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -35,8 +38,24 @@ import (
 type Config struct {
 	// DatabasePath is the SQLite file that keeps workflow state across restarts.
 	// Its folder is created when missing. Empty means an in-memory database
-	// that is gone when the server stops (what tests want).
+	// that is gone when the server stops (what tests want). Unused with
+	// Postgres.
 	DatabasePath string
+	// Postgres keeps the server's state in PostgreSQL databases instead of
+	// SQLite: created when missing, their schemas set up or upgraded with
+	// the server's own schema files at every start. Nil: SQLite.
+	Postgres *Postgres
+	// Services are the Temporal services this process runs, of "frontend",
+	// "history", "matching" and "worker". Default: all four. A subset
+	// makes the process one node of a cluster of processes that share
+	// Postgres (required then) and find each other through its
+	// cluster_membership table; a node without the frontend still needs
+	// Address, the frontend it and its clients reach, and registers no
+	// namespace.
+	Services []string
+	// Progress receives one line per step Start takes on the databases
+	// (created, schema upgraded, up to date). Default: discarded.
+	Progress io.Writer
 	// Address is the frontend's gRPC host:port. Default "127.0.0.1:7233";
 	// "127.0.0.1:0" picks a free port.
 	Address string
@@ -61,7 +80,9 @@ type Config struct {
 	// InternalPorts are the 7 ports of the server's internal services
 	// (frontend membership; history, matching and worker gRPC and
 	// membership), for a host whose firewall wants them fixed; Start fails
-	// when one is taken. Default: free ports picked at start; when another
+	// when one is taken. With Postgres the membership ports must be below
+	// 32768: the server keeps them in a SMALLINT column. Default: free
+	// ports picked at start (below 32768 with Postgres); when another
 	// process takes one before the server binds it, Start picks new ones
 	// (up to 5 tries).
 	InternalPorts []int
@@ -79,6 +100,9 @@ type Config struct {
 // them.
 const startTries = 5
 
+// clusterName is the name of the server's one cluster.
+const clusterName = "active"
+
 // Server is a running embedded Temporal server.
 type Server struct {
 	cfg      Config
@@ -94,12 +118,32 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Address = cmp.Or(cfg.Address, "127.0.0.1:7233")
 	cfg.Namespace = cmp.Or(cfg.Namespace, "default")
 	cfg.LogLevel = cmp.Or(cfg.LogLevel, "info")
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	services, err := validServices(cfg.Services)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Services = services
+	if cfg.Postgres != nil {
+		pg, err := cfg.Postgres.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Postgres = &pg
+	} else if len(cfg.Services) < len(allServices) {
+		return nil, fmt.Errorf("devserver: Services %v is a part of a cluster: that needs Postgres, which the other parts share", cfg.Services)
+	}
 
 	host, port, err := splitHostPort(cfg.Address)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: Address %q: %w", cfg.Address, err)
 	}
-	if port != 0 {
+	if !cfg.runs(primitives.FrontendService) && port == 0 {
+		return nil, fmt.Errorf("devserver: Address %q: a node without the frontend needs the frontend's fixed address", cfg.Address)
+	}
+	if port != 0 && cfg.runs(primitives.FrontendService) {
 		if err := portFree(host, port); err != nil {
 			return nil, fmt.Errorf("devserver: Address %s is taken (is another Temporal server running?): %w", cfg.Address, err)
 		}
@@ -116,21 +160,36 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if n := len(cfg.InternalPorts); n != 0 && n != 7 {
 		return nil, fmt.Errorf("devserver: InternalPorts has %d ports: give all 7, or none", n)
 	}
+	if cfg.Postgres != nil && len(cfg.InternalPorts) == 7 {
+		for _, i := range []int{0, 2, 4, 6} { // the membership ports
+			if p := cfg.InternalPorts[i]; p < 1 || p > 32767 {
+				return nil, fmt.Errorf("devserver: InternalPorts[%d] is %d: with Postgres a membership port must be from 1 to 32767 (the server keeps it in a SMALLINT column)", i, p)
+			}
+		}
+	}
 
-	st, err := openStores(cfg.DatabasePath)
+	var st stores
+	if cfg.Postgres != nil {
+		st, err = openPostgresStores(ctx, *cfg.Postgres, cfg.Progress)
+	} else {
+		st, err = openStores(cfg.DatabasePath)
+	}
 	if err != nil {
 		return nil, err
 	}
-	restart := st.restart
 
 	var logger log.Logger = log.NewNoopLogger()
 	if cfg.LogFile != "" {
+		// The server's zap logger is nil when it cannot open the file.
+		if err := os.MkdirAll(filepath.Dir(cfg.LogFile), 0o755); err != nil {
+			return nil, fmt.Errorf("devserver: create folder for LogFile %s: %w", cfg.LogFile, err)
+		}
 		logger = log.NewZapLogger(log.BuildZapLogger(log.Config{OutputFile: cfg.LogFile, Level: cfg.LogLevel}))
 	}
-	if restart {
+	if st.forgetMembers != nil {
 		// The members of the last run are dead; joining them would stall
 		// the start. Best effort: without it the start is only slower.
-		if n, err := forgetDeadMembers(ctx, cfg.DatabasePath); err != nil {
+		if n, err := st.forgetMembers(ctx); err != nil {
 			logger.Warn("could not forget the cluster members of an earlier run; the start may wait for them (~50 s)", tag.Error(err))
 		} else {
 			logger.Info("forgot the cluster members of an earlier run", tag.Counter(n))
@@ -150,6 +209,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.runs(primitives.FrontendService) {
+		return s, nil
 	}
 	if err := s.addSearchAttributes(ctx); err != nil {
 		_ = s.Stop()
@@ -173,7 +235,7 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 	if len(ports) == 0 {
 		ports = make([]int, 0, 7)
 		for range 7 {
-			p, err := freePort(host)
+			p, err := pickPort(host, st.postgres)
 			if err != nil {
 				return nil, err
 			}
@@ -181,19 +243,24 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 		}
 	}
 	if port == 0 {
-		p, err := freePort(host)
+		p, err := pickPort(host, st.postgres)
 		if err != nil {
 			return nil, err
 		}
 		port = p
 	}
 	srvCfg := serverConfig(host, port, ports, st)
-	ns, err := sqliteschema.NewNamespaceConfig(srvCfg.ClusterMetadata.CurrentClusterName, cfg.Namespace, false, cfg.SearchAttributes)
-	if err != nil {
-		return nil, fmt.Errorf("devserver: namespace %q: %w", cfg.Namespace, err)
-	}
-	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
-		return nil, fmt.Errorf("devserver: register namespace %q: %w", cfg.Namespace, err)
+	if cfg.runs(primitives.FrontendService) {
+		// Written into the database before the server reads it (the
+		// server's own helper for it; it speaks to any SQL plugin): the
+		// namespace and its search attributes exist from the first request.
+		ns, err := sqliteschema.NewNamespaceConfig(srvCfg.ClusterMetadata.CurrentClusterName, cfg.Namespace, false, cfg.SearchAttributes)
+		if err != nil {
+			return nil, fmt.Errorf("devserver: namespace %q: %w", cfg.Namespace, err)
+		}
+		if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
+			return nil, fmt.Errorf("devserver: register namespace %q: %w", cfg.Namespace, err)
+		}
 	}
 	watch := newFatalWatch()
 	logger = &fatalLogger{inner: logger, watch: watch}
@@ -227,7 +294,7 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 		}()
 		opts := []temporal.ServerOption{
 			temporal.WithConfig(srvCfg),
-			temporal.ForServices(temporal.DefaultServices),
+			temporal.ForServices(cfg.Services),
 			temporal.WithLogger(logger),
 			temporal.WithAuthorizer(authorizer),
 			temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
@@ -280,6 +347,10 @@ func start(ctx context.Context, cfg Config, host string, port int, st stores, lo
 		return nil, r.err
 	}
 	s := &Server{cfg: cfg, srv: r.srv, frontend: net.JoinHostPort(host, strconv.Itoa(port)), fatal: watch}
+	if !cfg.runs(primitives.FrontendService) {
+		watch.started.Store(true)
+		return s, nil
+	}
 	if err := s.waitReady(ctx); err != nil {
 		stopWithin(r.srv, 10*time.Second)
 		return nil, err
@@ -310,6 +381,9 @@ func stopWithin(srv temporal.Server, d time.Duration) {
 
 // FrontendAddress is the host:port clients dial.
 func (s *Server) FrontendAddress() string { return s.frontend }
+
+// Services are the Temporal services this process runs.
+func (s *Server) Services() []string { return s.cfg.Services }
 
 // Namespace is the pre-registered namespace.
 func (s *Server) Namespace() string { return s.cfg.Namespace }
@@ -438,10 +512,10 @@ func serverConfig(host string, port int, ports []int, st stores) *config.Config 
 		ClusterMetadata: &cluster.Config{
 			EnableGlobalNamespace:    false,
 			FailoverVersionIncrement: 10,
-			MasterClusterName:        "active",
-			CurrentClusterName:       "active",
+			MasterClusterName:        clusterName,
+			CurrentClusterName:       clusterName,
 			ClusterInformation: map[string]cluster.ClusterInformation{
-				"active": {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendHostPort},
+				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendHostPort},
 			},
 		},
 		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
@@ -463,33 +537,4 @@ func serverConfig(host string, port int, ports []int, st stores) *config.Config 
 		},
 		PublicClient: config.PublicClient{HostPort: frontendHostPort},
 	}
-}
-
-func splitHostPort(addr string) (string, int, error) {
-	host, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("port %q is not a number from 0 to 65535", p)
-	}
-	return cmp.Or(host, "127.0.0.1"), port, nil
-}
-
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("devserver: find a free port on %s: %w", host, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func portFree(host string, port int) error {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-	if err != nil {
-		return err
-	}
-	return l.Close()
 }

@@ -1,10 +1,15 @@
-// Package devserver runs an embedded Temporal server (SQLite persistence) and,
-// optionally, the Temporal Web UI in the current process.
+// Package devserver runs an embedded Temporal server (SQLite persistence, or
+// PostgreSQL with Config.Postgres) and, optionally, the Temporal Web UI in the
+// current process; with Config.Services, one part of a Temporal cluster of
+// processes that share PostgreSQL databases.
 //
 // It exists for `ferry dev` and for Ferry's end-to-end tests: both need a real
 // Temporal frontend without a separately installed cluster. It owns the
-// server's configuration, its SQLite file and the namespaces and search
-// attributes it pre-registers. It does not own any Ferry logic, and it is never
+// server's configuration, its SQLite file or PostgreSQL databases (created
+// when missing; schemas set up and upgraded with the server's own embedded
+// schema files and its schema tool's setup and update tasks; the history
+// shard count checked against what the database holds) and the namespaces
+// and search attributes it pre-registers. It does not own any Ferry logic, and it is never
 // used when Ferry is pointed at a real cluster by address.
 //
 // The server's internal services listen on ports picked at start; the
@@ -14,7 +19,7 @@
 // fatal error once it runs is logged and written to stderr, and the server
 // carries on (it recovers from the one seen after a restart).
 //
-// A restart on the same SQLite file first forgets the cluster members the
+// A restart on the same SQLite file or databases first forgets the cluster members the
 // last run left on record whose ports nobody listens on: the server would
 // otherwise try to join them for ~50 s before moving any workflow.
 package devserver

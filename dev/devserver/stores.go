@@ -1,6 +1,7 @@
 package devserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -32,8 +33,18 @@ const (
 type stores struct {
 	main       *config.SQL
 	visibility *config.SQL // nil: visibility lives in main (older data dirs)
-	// restart: the main file existed, with the state of an earlier run.
+	// Names of the two in the server's persistence config.
+	mainName, visName string
+	// shards: the number of history shards (SQLite: 1).
+	shards int32
+	// restart: the database existed, with the state of an earlier run.
 	restart bool
+	// forgetMembers deletes the cluster members on record whose ports
+	// nobody listens on (see forgetDeadMembers); nil: none to forget.
+	forgetMembers func(context.Context) (int, error)
+	// postgres: the stores are PostgreSQL databases (ports of the
+	// membership layer must then fit a SMALLINT column, see lowPort).
+	postgres bool
 }
 
 // VisibilityPath is where a data dir made by this version keeps
@@ -50,7 +61,7 @@ func openStores(path string) (stores, error) {
 	if path == "" {
 		// The SQLite plugin creates the schema of an in-memory database itself.
 		name := "ferry-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		return stores{main: memoryDB(name), visibility: memoryDB(name + "-visibility")}, nil
+		return sqliteStores(stores{main: memoryDB(name), visibility: memoryDB(name + "-visibility")}), nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return stores{}, fmt.Errorf("devserver: create folder for %s: %w", path, err)
@@ -58,10 +69,11 @@ func openStores(path string) (stores, error) {
 	st := stores{main: fileDB(path)}
 	if _, err := os.Stat(path); err == nil {
 		st.restart = true
+		st.forgetMembers = func(ctx context.Context) (int, error) { return forgetDeadMembers(ctx, path) }
 		if _, err := os.Stat(VisibilityPath(path)); err == nil {
 			st.visibility = fileDB(VisibilityPath(path))
 		}
-		return st, nil
+		return sqliteStores(st), nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return stores{}, fmt.Errorf("devserver: %w", err)
 	}
@@ -77,7 +89,13 @@ func openStores(path string) (stores, error) {
 			return stores{}, fmt.Errorf("devserver: set up SQLite schema in %s: %w", c.DatabaseName, err)
 		}
 	}
-	return st, nil
+	return sqliteStores(st), nil
+}
+
+// sqliteStores fills what every SQLite layout shares.
+func sqliteStores(st stores) stores {
+	st.mainName, st.visName, st.shards = mainStore, visibilityStore, 1
+	return st
 }
 
 func memoryDB(name string) *config.SQL {
@@ -97,14 +115,14 @@ func fileDB(path string) *config.SQL {
 
 func (st stores) persistence() config.Persistence {
 	p := config.Persistence{
-		DefaultStore:     mainStore,
-		VisibilityStore:  mainStore,
-		NumHistoryShards: 1,
-		DataStores:       map[string]config.DataStore{mainStore: {SQL: st.main}},
+		DefaultStore:     st.mainName,
+		VisibilityStore:  st.mainName,
+		NumHistoryShards: st.shards,
+		DataStores:       map[string]config.DataStore{st.mainName: {SQL: st.main}},
 	}
 	if st.visibility != nil {
-		p.VisibilityStore = visibilityStore
-		p.DataStores[visibilityStore] = config.DataStore{SQL: st.visibility}
+		p.VisibilityStore = st.visName
+		p.DataStores[st.visName] = config.DataStore{SQL: st.visibility}
 	}
 	return p
 }

@@ -6,7 +6,9 @@
 // build tag faults) injects one fault at a time under load and lets a
 // Jepsen-style checker (checker_test.go) account for every event. The test
 // binary re-executes itself as the processes those tests kill: `ferry`
-// commands, the checker's consumer and a Temporal server (main_test.go).
+// commands, the checker's consumer and a Temporal server (main_test.go),
+// or the parts of a Temporal cluster of processes on PostgreSQL
+// (tcluster_test.go, `ferry dev temporal`; faults_cluster_test.go).
 //
 // It is the only test package that links the Temporal server; keep it that
 // way (each such test binary is large and slow to link).

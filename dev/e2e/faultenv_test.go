@@ -34,8 +34,13 @@ import (
 // a restart must not share state with the first server.
 type ownTemporal struct {
 	addr, namespace, dbPath string
-	proc                    *child
-	client                  client.Client
+	// pg: PostgreSQL databases instead of the SQLite file; services and
+	// ports: the part of a cluster this process runs (see tcluster_test.go).
+	pg       *temporalPG
+	services []string
+	ports    []int
+	proc     *child
+	client   client.Client
 }
 
 // Settings of a Temporal server child.
@@ -44,7 +49,15 @@ const (
 	temporalDBEnv   = "FERRY_E2E_TEMPORAL_DB"
 	// temporalPortsEnv: the 7 internal ports, comma-separated (optional).
 	temporalPortsEnv = "FERRY_E2E_TEMPORAL_PORTS"
-	temporalReady    = "temporal: ready"
+	// PostgreSQL persistence (devserver.Postgres), optional: the URL, the
+	// two database names, the shard count; and the services to run
+	// (comma-separated, optional).
+	temporalPGEnv       = "FERRY_E2E_TEMPORAL_PG_URL"
+	temporalPGDBEnv     = "FERRY_E2E_TEMPORAL_PG_DB"
+	temporalPGVisEnv    = "FERRY_E2E_TEMPORAL_PG_VISIBILITY_DB"
+	temporalShardsEnv   = "FERRY_E2E_TEMPORAL_SHARDS"
+	temporalServicesEnv = "FERRY_E2E_TEMPORAL_SERVICES"
+	temporalReady       = "temporal: ready"
 )
 
 // temporalServerMain is a child process (childEnv=temporal): an embedded
@@ -63,10 +76,21 @@ func temporalServerMain() int {
 		}
 		ports = append(ports, n)
 	}
-	srv, err := devserver.Start(sctx, devserver.Config{
+	cfg := devserver.Config{
 		DatabasePath: os.Getenv(temporalDBEnv), Address: os.Getenv(temporalAddrEnv), SearchAttributes: workflows.SearchAttributeTypes,
-		InternalPorts: ports,
-	})
+		InternalPorts: ports, Progress: os.Stdout,
+		Services: strings.FieldsFunc(os.Getenv(temporalServicesEnv), func(r rune) bool { return r == ',' }),
+	}
+	if u := os.Getenv(temporalPGEnv); u != "" {
+		shards, err := strconv.Atoi(cmp.Or(os.Getenv(temporalShardsEnv), "0"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "temporal: %s: %v\n", temporalShardsEnv, err)
+			return 1
+		}
+		cfg.Postgres = &devserver.Postgres{URL: u, Database: os.Getenv(temporalPGDBEnv),
+			VisibilityDatabase: os.Getenv(temporalPGVisEnv), HistoryShards: int32(shards)}
+	}
+	srv, err := devserver.Start(sctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "temporal: %v\n", err)
 		return 1
@@ -97,15 +121,16 @@ func startOwnTemporal(t *testing.T) *ownTemporal {
 func (o *ownTemporal) start(t *testing.T) {
 	t.Helper()
 	for try := 1; ; try++ {
-		cmd := exec.Command(os.Args[0])
+		args, env, ready := o.command()
+		cmd := exec.Command(os.Args[0], args...)
 		out := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
-		cmd.Env = append(os.Environ(), childEnv+"=temporal", temporalAddrEnv+"="+o.addr, temporalDBEnv+"="+o.dbPath)
+		cmd.Env = append(os.Environ(), env...)
 		require.NoError(t, cmd.Start())
 		c := &child{cmd: cmd, out: out, done: make(chan struct{})}
 		go func() { c.err = cmd.Wait(); close(c.done) }()
 		deadline := time.After(2 * time.Minute)
-		for !strings.Contains(out.String(), temporalReady) && !c.exited() {
+		for !strings.Contains(out.String(), ready) && !c.exited() {
 			select {
 			case <-deadline:
 				c.kill()
@@ -122,6 +147,41 @@ func (o *ownTemporal) start(t *testing.T) {
 		}
 		t.Logf("Temporal server failed to start (%v), trying again:\n%s", c.err, out.String())
 	}
+}
+
+// command is how the server process is started: the arguments, the
+// environment and the line it prints once it serves. A part of a cluster
+// runs as `ferry dev temporal`, the command people run it with.
+func (o *ownTemporal) command() (args, env []string, ready string) {
+	if len(o.services) == 0 {
+		return nil, o.childEnv(), temporalReady
+	}
+	ports := make([]string, len(o.ports))
+	for i, p := range o.ports {
+		ports[i] = strconv.Itoa(p)
+	}
+	args = []string{"dev", "temporal", "--temporal-address", o.addr, "--services", strings.Join(o.services, ","),
+		"--ports", strings.Join(ports, ","), "--temporal-postgres-url", o.pg.url, "--temporal-database", o.pg.db,
+		"--temporal-visibility-database", o.pg.vis, "--temporal-history-shards", strconv.Itoa(o.pg.shards)}
+	return args, []string{childEnv + "=1", "FERRY_LOG_LEVEL=warn"}, "ferry dev temporal: "
+}
+
+// childEnv is the environment of the server process.
+func (o *ownTemporal) childEnv() []string {
+	env := []string{childEnv + "=temporal", temporalAddrEnv + "=" + o.addr, temporalDBEnv + "=" + o.dbPath,
+		temporalServicesEnv + "=" + strings.Join(o.services, ",")}
+	if len(o.ports) > 0 {
+		ports := make([]string, len(o.ports))
+		for i, p := range o.ports {
+			ports[i] = strconv.Itoa(p)
+		}
+		env = append(env, temporalPortsEnv+"="+strings.Join(ports, ","))
+	}
+	if o.pg != nil {
+		env = append(env, temporalPGEnv+"="+o.pg.url, temporalPGDBEnv+"="+o.pg.db, temporalPGVisEnv+"="+o.pg.vis,
+			temporalShardsEnv+"="+strconv.Itoa(o.pg.shards))
+	}
+	return env
 }
 
 // kill SIGKILLs the server: it has no chance to flush or say goodbye.

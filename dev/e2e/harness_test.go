@@ -473,3 +473,14 @@ func (b *syncBuffer) String() string {
 }
 
 func aggID(i int) string { return "agg-" + strconv.Itoa(i) }
+
+// longestGap is the longest time between two deliveries the tap received.
+func (l *ledger) longestGap() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var gap time.Duration
+	for i := 1; i < len(l.all); i++ {
+		gap = max(gap, l.all[i].at.Sub(l.all[i-1].at))
+	}
+	return gap
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/internal/status"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -108,4 +109,14 @@ func TestStatusShowsTheLastMaintenanceRuns(t *testing.T) {
 	status.Render(&screen, snap, false)
 	require.Contains(t, screen.String(), "; last completed: deleted 0 delivered rows\n")
 	require.Contains(t, screen.String(), "; last completed: re-dispatched 0 rows; drift check: 0 of 2 sampled aggregates drifted\n")
+}
+
+// `ferry ping` names the Temporal it talks to and that its persistence is
+// the embedded server's SQLite.
+func TestPingNamesTemporalPersistence(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	code, out := ferry(t, []string{"FERRY_POSTGRES_URL=" + db.URL, "FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace}, "ping")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "at "+temporalAddr+" (cluster active): persistence SQLite (sqlite), visibility sqlite, history shards 1")
 }

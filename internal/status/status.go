@@ -27,6 +27,9 @@ type Snapshot struct {
 	At        time.Time `json:"at"`
 	Namespace string    `json:"namespace"`
 	TaskQueue string    `json:"task_queue"`
+	// Temporal is the cluster the snapshot was taken from; nil when not
+	// asked (CollectTemporal).
+	Temporal *Temporal `json:"temporal,omitempty"`
 	// Backlog: rows not yet delivered (pending, dispatched, quarantined),
 	// by status.
 	Backlog []StatusCount `json:"backlog"`
@@ -393,7 +396,11 @@ func Render(w io.Writer, s Snapshot, color bool) {
 	if color {
 		red, green, yellow, bold, reset = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[1m", "\x1b[0m"
 	}
-	fmt.Fprintf(w, "%sFerry status%s  namespace %s, task queue %s, at %s\n\n", bold, reset, s.Namespace, s.TaskQueue, s.At.Format(time.RFC3339))
+	fmt.Fprintf(w, "%sFerry status%s  namespace %s, task queue %s, at %s\n", bold, reset, s.Namespace, s.TaskQueue, s.At.Format(time.RFC3339))
+	if s.Temporal != nil {
+		fmt.Fprintf(w, "  %s\n", s.Temporal)
+	}
+	fmt.Fprintln(w)
 
 	fmt.Fprintf(w, "%sBacklog%s (rows not yet delivered)\n", bold, reset)
 	if len(s.Backlog) == 0 {

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry"
@@ -47,7 +51,34 @@ type DevServerConfig struct {
 	DatabasePath  string // SQLite file of the server's state
 	LogFile       string // the server's own log
 	CodecEndpoint string // codec server the UI decrypts payloads through; empty: none
+	// Postgres keeps the server's state in PostgreSQL instead of
+	// DatabasePath; nil: SQLite.
+	Postgres *DevPostgres
+	// Services are the Temporal services to run; empty: all (a subset is
+	// one part of a cluster of processes on Postgres).
+	Services []string
+	// InternalPorts are the 7 internal ports; empty: picked.
+	InternalPorts []int
+	// Progress receives what the server does to its databases.
+	Progress io.Writer
 }
+
+// DevPostgres is where the embedded server keeps its state in PostgreSQL
+// (devserver.Postgres in module dev).
+type DevPostgres struct {
+	URL                string // the server, postgres://user:password@host:port/db
+	Database           string // workflow state, created when missing
+	VisibilityDatabase string // visibility, created when missing
+	HistoryShards      int32  // fixed when Database is set up
+}
+
+// Defaults of the PostgreSQL flags (devserver's, which this module cannot
+// import).
+const (
+	defaultTemporalDatabase           = "temporal"
+	defaultTemporalVisibilityDatabase = "temporal_visibility"
+	defaultTemporalHistoryShards      = 4
+)
 
 // DevServer is a started embedded Temporal server.
 type DevServer interface {
@@ -77,12 +108,14 @@ func devCmd(g *globals, dev Dev) *cobra.Command {
 		noDemo       bool
 		faultRate    float64
 		codecAddress string
+		tpg          temporalPGFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Embedded Temporal server and UI, migrations, poller, worker and a demo producer",
 		Long: `Starts everything Ferry needs on one machine besides PostgreSQL and RabbitMQ:
-an embedded Temporal server (SQLite under --data-dir) on --temporal-address,
+an embedded Temporal server (SQLite under --data-dir, or PostgreSQL with
+--temporal-postgres-url) on --temporal-address,
 the Temporal UI on --ui-address, then migrates PostgreSQL, runs the poller and
 the worker, and (unless --no-demo) a producer that commits demo orders with
 their outbox events, and the example inventory consumer (examples/inventory),
@@ -110,9 +143,20 @@ binary fails here and says what to run instead.`,
 			}
 			defer devCodec.stop()
 
-			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.Temporal.Address, dataDir)
+			pg, err := tpg.postgres()
+			if err != nil {
+				return err
+			}
+			if pg != nil {
+				fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state in PostgreSQL %s, databases %s and %s; log in %s)…\n",
+					cfg.Temporal.Address, redactedURL(pg.URL), pg.Database, pg.VisibilityDatabase, dataDir)
+			} else {
+				fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.Temporal.Address, dataDir)
+			}
 			srv, err := dev.StartServer(ctx, DevServerConfig{
 				CodecEndpoint: devCodec.endpoint,
+				Postgres:      pg,
+				Progress:      out,
 				DatabasePath:  filepath.Join(dataDir, "temporal.db"),
 				Address:       cfg.Temporal.Address,
 				UIAddress:     uiAddress,
@@ -179,5 +223,112 @@ binary fails here and says what to run instead.`,
 	f.BoolVar(&noDemo, "no-demo", false, "run without the demo producer and consumer")
 	f.StringVar(&codecAddress, "codec-address", "127.0.0.1:8234", "host:port of the codec server the UI decrypts payloads through, when --codec-key is set")
 	f.Float64Var(&faultRate, "sandbox-fault-rate", 0.2, "share of first requests to the sandbox payment provider and SMTP sink that meet a fault")
+	tpg.register(f)
+	cmd.AddCommand(devTemporalCmd(g, dev))
 	return cmd
+}
+
+// temporalPGFlags are the flags that keep the embedded server's state in
+// PostgreSQL.
+type temporalPGFlags struct {
+	url, db, visDB string
+	shards         int
+}
+
+func (p *temporalPGFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&p.url, "temporal-postgres-url", env("FERRY_DEV_TEMPORAL_POSTGRES_URL", ""),
+		"keep the embedded server's state in this PostgreSQL server instead of SQLite, e.g. postgres://postgres@127.0.0.1:5432/postgres (FERRY_DEV_TEMPORAL_POSTGRES_URL)")
+	f.StringVar(&p.db, "temporal-database", env("FERRY_DEV_TEMPORAL_DATABASE", defaultTemporalDatabase),
+		"with --temporal-postgres-url: the database of workflow state, created when missing (FERRY_DEV_TEMPORAL_DATABASE)")
+	f.StringVar(&p.visDB, "temporal-visibility-database", env("FERRY_DEV_TEMPORAL_VISIBILITY_DATABASE", defaultTemporalVisibilityDatabase),
+		"with --temporal-postgres-url: the visibility database, created when missing (FERRY_DEV_TEMPORAL_VISIBILITY_DATABASE)")
+	f.IntVar(&p.shards, "temporal-history-shards", envInt("FERRY_DEV_TEMPORAL_HISTORY_SHARDS", defaultTemporalHistoryShards),
+		"with --temporal-postgres-url: number of history shards, fixed when the database is set up (FERRY_DEV_TEMPORAL_HISTORY_SHARDS)")
+}
+
+// postgres is the server's setting, nil without a URL.
+func (p *temporalPGFlags) postgres() (*DevPostgres, error) {
+	if p.url == "" {
+		return nil, nil
+	}
+	if p.shards < 1 || p.shards > math.MaxInt32 {
+		return nil, fmt.Errorf("--temporal-history-shards %d: want a number from 1 to %d", p.shards, math.MaxInt32)
+	}
+	return &DevPostgres{URL: p.url, Database: p.db, VisibilityDatabase: p.visDB, HistoryShards: int32(p.shards)}, nil
+}
+
+// devTemporalCmd runs one part of a Temporal cluster of processes on
+// PostgreSQL, or a whole server, and nothing else.
+func devTemporalCmd(g *globals, dev Dev) *cobra.Command {
+	var (
+		tpg      temporalPGFlags
+		services []string
+		ports    []int
+		logFile  string
+	)
+	cmd := &cobra.Command{
+		Use:   "temporal",
+		Short: "Only a Temporal server, or a part of a cluster of processes on PostgreSQL (--services), until Ctrl-C",
+		Long: `Runs Temporal's services given by --services in this process, on the
+PostgreSQL databases of --temporal-postgres-url, and nothing of Ferry. Processes
+started this way with the same databases form one cluster: they find each other
+through the cluster_membership table. A frontend process (--services
+frontend,matching,worker) listens on --temporal-address; history processes
+(--services history) share the history shards, and reach the frontend on
+--temporal-address. Give each process its own --ports (7 ports below 32768:
+frontend membership, history gRPC and membership, matching gRPC and membership,
+worker gRPC and membership; a process binds only those of its services). Start
+the frontend process first: it creates and upgrades the databases.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dev == nil {
+				return errNoDev
+			}
+			cfg, _, err := g.config()
+			if err != nil {
+				return err
+			}
+			pg, err := tpg.postgres()
+			if err != nil {
+				return err
+			}
+			if pg == nil && len(services) > 0 {
+				return fmt.Errorf("--services needs --temporal-postgres-url: the parts of a cluster share its databases")
+			}
+			srv, err := dev.StartServer(cmd.Context(), DevServerConfig{
+				Address:       cfg.Temporal.Address,
+				Namespace:     cfg.Namespace,
+				Postgres:      pg,
+				Services:      services,
+				InternalPorts: ports,
+				Progress:      g.stdout,
+				LogFile:       logFile,
+			})
+			if err != nil {
+				return err
+			}
+			running := "frontend, history, matching, worker"
+			if len(services) > 0 {
+				running = strings.Join(services, ", ")
+			}
+			fmt.Fprintf(g.stdout, "ferry dev temporal: %s running (frontend %s); Ctrl-C stops\n", running, cfg.Temporal.Address)
+			<-cmd.Context().Done()
+			return srv.Stop()
+		},
+	}
+	f := cmd.Flags()
+	tpg.register(f)
+	f.StringSliceVar(&services, "services", nil, "Temporal services to run, of frontend, history, matching, worker (default: all)")
+	f.IntSliceVar(&ports, "ports", nil, "the 7 internal ports, comma-separated (default: free ones)")
+	f.StringVar(&logFile, "log-file", "", "file for the server's own log (default: none)")
+	return cmd
+}
+
+// redactedURL is rawURL without its password, for messages.
+func redactedURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }

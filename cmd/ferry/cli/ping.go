@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferry-outbox/ferry/internal/status"
 )
 
 // pingCmd checks, with the process's own configuration and credentials,
@@ -33,13 +35,18 @@ func pingCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			tinfo, err := status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address)
 			c.Close()
+			if err != nil {
+				return err
+			}
 			pub, err := cfg.OpenPublisher(ctx)
 			if err != nil {
 				return err
 			}
 			_ = pub.Close()
 			fmt.Fprintln(g.stdout, "ferry: PostgreSQL, Temporal and RabbitMQ answer")
+			fmt.Fprintf(g.stdout, "ferry: %s\n", tinfo)
 			return nil
 		},
 	}

@@ -41,6 +41,9 @@ func statusCmd(g *globals) *cobra.Command {
 			if snap.WALSlot, err = status.CollectWALSlot(ctx, pool, cfg.WALSlot); err != nil {
 				return err
 			}
+			if snap.Temporal, err = status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address); err != nil {
+				return err
+			}
 			if asJSON {
 				enc := json.NewEncoder(g.stdout)
 				enc.SetIndent("", "  ")

@@ -7,6 +7,7 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -28,14 +29,25 @@ func run() int {
 	defer stop()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	srv, err := devserver.Start(sctx, devserver.Config{
+	cfg := devserver.Config{
 		DatabasePath:     os.Getenv(bench.TemporalDBEnv),
 		Address:          "127.0.0.1:0",
 		LogFile:          os.Getenv(bench.TemporalLogEnv),
 		LogLevel:         "warn",
 		SearchAttributes: workflows.SearchAttributeTypes,
 		MetricsAddress:   os.Getenv(bench.TemporalMetricsEnv),
-	})
+		Progress:         os.Stdout,
+	}
+	if u := os.Getenv(bench.TemporalPGEnv); u != "" {
+		shards, err := strconv.Atoi(os.Getenv(bench.TemporalShardsEnv))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ferry-bench-temporal: %s: %v\n", bench.TemporalShardsEnv, err)
+			return 1
+		}
+		db := os.Getenv(bench.TemporalPGDBEnv)
+		cfg.Postgres = &devserver.Postgres{URL: u, Database: db, VisibilityDatabase: db + "_visibility", HistoryShards: int32(shards)}
+	}
+	srv, err := devserver.Start(sctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ferry-bench-temporal: %v\n", err)
 		return 1
