@@ -27,17 +27,6 @@ import (
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// AMQP headers set on every message. Consumers read the ordering and schema
-// information from them; the event id is the message_id property.
-const (
-	HeaderAggregateType    = "ferry-aggregate-type"
-	HeaderAggregateID      = "ferry-aggregate-id"
-	HeaderAggregateVersion = "ferry-aggregate-version"
-	HeaderSchemaVersion    = "ferry-schema-version"
-	HeaderTraceParent      = "traceparent"
-	HeaderTraceState       = "tracestate"
-)
-
 // Config configures Activities.
 type Config struct {
 	// Pool reaches the outbox tables. Required.
@@ -246,10 +235,10 @@ func (a *Activities) send(ctx context.Context, id string, ev row) error {
 // caller ends the span.
 func (a *Activities) message(ctx context.Context, id string, ev row) (broker.Message, trace.Span) {
 	headers := amqp.Table{
-		HeaderAggregateType:    ev.aggType,
-		HeaderAggregateID:      ev.aggID,
-		HeaderAggregateVersion: ev.version,
-		HeaderSchemaVersion:    int64(ev.schemaVersion),
+		broker.HeaderAggregateType:    ev.aggType,
+		broker.HeaderAggregateID:      ev.aggID,
+		broker.HeaderAggregateVersion: ev.version,
+		broker.HeaderSchemaVersion:    int64(ev.schemaVersion),
 	}
 	key := a.routingKey(ev.aggType, ev.eventType)
 	// The parent is the activity's span when it is in the row's trace,

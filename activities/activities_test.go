@@ -233,12 +233,12 @@ func TestPublishEventSendsTheRow(t *testing.T) {
 	// AMQP timestamps have whole seconds.
 	require.Equal(t, ev.CreatedAt.Unix(), d.Timestamp.Unix())
 	require.Equal(t, amqp.Table{
-		activities.HeaderAggregateType:    "order",
-		activities.HeaderAggregateID:      "o-1",
-		activities.HeaderAggregateVersion: int64(1),
-		activities.HeaderSchemaVersion:    int64(3),
-		activities.HeaderTraceParent:      traceParent,
-		activities.HeaderTraceState:       traceState,
+		broker.HeaderAggregateType:    "order",
+		broker.HeaderAggregateID:      "o-1",
+		broker.HeaderAggregateVersion: int64(1),
+		broker.HeaderSchemaVersion:    int64(3),
+		broker.HeaderTraceParent:      traceParent,
+		broker.HeaderTraceState:       traceState,
 	}, d.Headers)
 
 	r := readRow(t, b.db.Pool, ev.ID)
@@ -257,10 +257,10 @@ func TestPublishEventOmitsAbsentTraceContext(t *testing.T) {
 
 	d := b.receive(t)
 	require.Equal(t, amqp.Table{
-		activities.HeaderAggregateType:    "order",
-		activities.HeaderAggregateID:      "o-1",
-		activities.HeaderAggregateVersion: int64(1),
-		activities.HeaderSchemaVersion:    int64(1),
+		broker.HeaderAggregateType:    "order",
+		broker.HeaderAggregateID:      "o-1",
+		broker.HeaderAggregateVersion: int64(1),
+		broker.HeaderSchemaVersion:    int64(1),
 	}, d.Headers, "no traceparent/tracestate headers for a row without them")
 }
 

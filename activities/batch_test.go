@@ -47,7 +47,7 @@ func TestPublishBatchPublishesInOrder(t *testing.T) {
 	for _, want := range []event{evs[0], evs[2], evs[3], evs[4]} {
 		d := b.receive(t)
 		require.Equal(t, want.ID, d.MessageId)
-		require.Equal(t, want.Version, d.Headers[activities.HeaderAggregateVersion])
+		require.Equal(t, want.Version, d.Headers[broker.HeaderAggregateVersion])
 	}
 	b.requireNoMessage(t)
 	for _, ev := range evs {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -150,15 +151,6 @@ type Stats struct {
 	Connects  int64
 	Consuming bool
 }
-
-// Headers Ferry sets on every message (see package activities); the event id
-// is message_id and the event type is type.
-const (
-	HeaderAggregateType    = "ferry-aggregate-type"
-	HeaderAggregateID      = "ferry-aggregate-id"
-	HeaderAggregateVersion = "ferry-aggregate-version"
-	HeaderSchemaVersion    = "ferry-schema-version"
-)
 
 // Headers the consumer adds to the messages it moves.
 const (
@@ -495,8 +487,8 @@ func (c *Consumer) pump(ctx context.Context, deliveries <-chan amqp.Delivery, se
 // deliveries are handled in arrival order.
 func (c *Consumer) worker(d amqp.Delivery) int {
 	h := fnv.New32a()
-	t, _ := d.Headers[HeaderAggregateType].(string)
-	id, _ := d.Headers[HeaderAggregateID].(string)
+	t, _ := d.Headers[broker.HeaderAggregateType].(string)
+	id, _ := d.Headers[broker.HeaderAggregateID].(string)
 	if t == "" && id == "" {
 		id = d.MessageId
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/inbox"
 )
 
@@ -284,19 +285,19 @@ func decode(d amqp.Delivery) (inbox.Event, error) {
 			bad = append(bad, fmt.Sprintf("%s is a %T, not a string", name, v))
 		}
 	}
-	str(HeaderAggregateType, &ev.AggregateType)
-	str(HeaderAggregateID, &ev.AggregateID)
-	if v, present := d.Headers[HeaderAggregateVersion]; present {
+	str(broker.HeaderAggregateType, &ev.AggregateType)
+	str(broker.HeaderAggregateID, &ev.AggregateID)
+	if v, present := d.Headers[broker.HeaderAggregateVersion]; present {
 		n, ok := toInt64(v)
 		if !ok {
-			bad = append(bad, fmt.Sprintf("%s is a %T, not an integer", HeaderAggregateVersion, v))
+			bad = append(bad, fmt.Sprintf("%s is a %T, not an integer", broker.HeaderAggregateVersion, v))
 		}
 		ev.AggregateVersion = n
 	}
-	if v, present := d.Headers[HeaderSchemaVersion]; present {
+	if v, present := d.Headers[broker.HeaderSchemaVersion]; present {
 		n, ok := toInt64(v)
 		if !ok || n > 1<<31 {
-			bad = append(bad, fmt.Sprintf("%s %v is not a schema version", HeaderSchemaVersion, v))
+			bad = append(bad, fmt.Sprintf("%s %v is not a schema version", broker.HeaderSchemaVersion, v))
 		}
 		ev.SchemaVersion = int(n)
 	}
