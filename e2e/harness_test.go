@@ -199,9 +199,9 @@ type delivery struct {
 
 func parse(t *testing.T, d amqp.Delivery) delivery {
 	t.Helper()
-	v, ok := d.Headers[activities.HeaderAggregateVersion].(int64)
-	require.True(t, ok, "header %s missing or not int64: %#v", activities.HeaderAggregateVersion, d.Headers)
-	aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
+	v, ok := d.Headers[broker.HeaderAggregateVersion].(int64)
+	require.True(t, ok, "header %s missing or not int64: %#v", broker.HeaderAggregateVersion, d.Headers)
+	aggID, _ := d.Headers[broker.HeaderAggregateID].(string)
 	return delivery{id: d.MessageId, aggID: aggID, version: v}
 }
 
@@ -263,8 +263,8 @@ func (e *env) consume(t *testing.T) (l *ledger, stop func()) {
 	wg.Go(func() {
 		for {
 			for d := range deliveries {
-				v, _ := d.Headers[activities.HeaderAggregateVersion].(int64)
-				aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
+				v, _ := d.Headers[broker.HeaderAggregateVersion].(int64)
+				aggID, _ := d.Headers[broker.HeaderAggregateID].(string)
 				l.mu.Lock()
 				again := d.Redelivered && l.seen[d.MessageId]
 				l.mu.Unlock()
