@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -305,7 +305,7 @@ func (a *Activities) noteError(ctx context.Context, id string, cause error) {
 	// Detached: the activity's context may be the reason we are here.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if _, err := a.pool.Exec(ctx, sqlNoteError, id, truncate(cause.Error(), 1000)); err != nil {
+	if _, err := a.pool.Exec(ctx, sqlNoteError, id, pgtext.Truncate(cause.Error(), 1000)); err != nil {
 		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
 	}
 }
@@ -324,11 +324,4 @@ type row struct {
 func (ev *row) fields() []any {
 	return []any{&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
 		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		s = s[:n]
-	}
-	return strings.ToValidUTF8(s, "?")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -33,7 +34,7 @@ WHERE id = $1 AND status <> 'published'`
 
 // QuarantineEvent marks an event quarantined and counts it.
 func (a *Activities) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
-	msg := truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
+	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
 	if _, err := a.pool.Exec(ctx, sqlQuarantine, in.EventID, msg); err != nil {
 		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"regexp"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/redact"
@@ -416,7 +416,7 @@ func (c *Consumer) run(ctx context.Context) {
 		sess, deliveries, err := c.connect()
 		if err != nil {
 			failures++
-			wait := backoff(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
+			wait := backoff.Exponential(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
 			c.log.Warn("cannot consume; retrying", "error", err, "retry_in", wait)
 			sleep(ctx, wait)
 			continue
@@ -433,7 +433,7 @@ func (c *Consumer) run(ctx context.Context) {
 		if lost {
 			c.log.Warn("connection to the broker lost; unacknowledged deliveries return to the queue; reconnecting")
 			sess.close()
-			sleep(ctx, backoff(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, 1))
+			sleep(ctx, backoff.Exponential(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, 1))
 			continue
 		}
 		// Stopping: no new deliveries; the ones already received are in
@@ -524,16 +524,6 @@ func (c *Consumer) flushRetries() {
 		t.Stop()
 		nack()
 	}
-}
-
-func backoff(base, ceiling time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < ceiling; i++ {
-		d *= 2
-	}
-	d = min(d, ceiling)
-	// ±20% jitter, so instances that failed together do not retry together.
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 func sleep(ctx context.Context, d time.Duration) {

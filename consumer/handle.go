@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/internal/backoff"
 )
 
 // handle takes one delivery to its outcome and acknowledges it. stop ends
@@ -82,7 +83,7 @@ func (c *Consumer) handle(stop, work context.Context, j job) {
 			if stop.Err() != nil || !j.sess.alive() {
 				return // the broker redelivers it
 			}
-			wait := backoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, attempt)
+			wait := backoff.Exponential(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, attempt)
 			c.log.Warn("inbox unavailable; retrying the delivery in place", "event_id", ev.ID, "error", err, "retry_in", wait)
 			select {
 			case <-stop.Done():
@@ -118,7 +119,7 @@ func (c *Consumer) failed(j job, res Result) {
 			fmt.Sprintf("handler failed on all %d deliveries; last error: %v", res.Deliveries, res.Err))
 		return
 	}
-	wait := backoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, res.Deliveries)
+	wait := backoff.Exponential(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, res.Deliveries)
 	res.Outcome = Retried
 	res.Reason = fmt.Sprintf("handler failed on delivery %d of %d; back to the queue in %s", res.Deliveries, c.cfg.DeliveryLimit+1, wait.Round(time.Millisecond))
 	c.observe(res)

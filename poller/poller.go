@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +19,9 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -240,7 +241,7 @@ func (p *Poller) loop(ctx context.Context) {
 		wait := time.Duration(0)
 		if err != nil {
 			failures++
-			wait = backoff(failures, p.cfg.MaxBackoff)
+			wait = backoff.Exponential(retryBase, p.cfg.MaxBackoff, failures)
 			p.log.Warn("relay round failed; rows stay pending and are retried", "error", err, "retry_in", wait)
 		} else {
 			failures = 0
@@ -416,7 +417,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 		if len(release) == 0 {
 			continue
 		}
-		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, release, p.cfg.MaxBackoff, truncate(f.err.Error(), 1000)); err != nil {
+		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, release, p.cfg.MaxBackoff, pgtext.Truncate(f.err.Error(), 1000)); err != nil {
 			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
 		}
 	}
@@ -447,7 +448,7 @@ func (p *Poller) quarantineRefused(ctx context.Context, f failure) (release []st
 	for i, r := range give {
 		ids[i] = r.id
 	}
-	msg := truncate(fmt.Sprintf("quarantined (%s): Temporal refused it as invalid %d times, so it can never be delivered as it is: %v",
+	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): Temporal refused it as invalid %d times, so it can never be delivered as it is: %v",
 		ErrClassTemporalRefused, give[0].attempts, f.err), 1000)
 	rows, err := p.cfg.Pool.Query(ctx, sqlQuarantineRefused, ids, msg)
 	var types []string
@@ -637,7 +638,7 @@ func (p *Poller) listen(ctx context.Context) {
 			return
 		}
 		failures++
-		wait := backoff(failures, p.cfg.MaxBackoff)
+		wait := backoff.Exponential(retryBase, p.cfg.MaxBackoff, failures)
 		p.log.Warn("LISTEN connection lost; polling every PollInterval until it is back",
 			"error", err, "poll_interval", p.cfg.PollInterval, "retry_in", wait)
 		select {
@@ -678,14 +679,6 @@ func (p *Poller) poke() {
 	}
 }
 
-func backoff(failures int, limit time.Duration) time.Duration {
-	d := 500 * time.Millisecond << min(failures-1, 10)
-	return min(d, limit)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
-}
+// retryBase is the first wait of the loop's and the listener's backoff
+// after a failure; it doubles up to MaxBackoff.
+const retryBase = 500 * time.Millisecond

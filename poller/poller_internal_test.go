@@ -605,37 +605,6 @@ func TestGroup(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		failures int
-		limit    time.Duration
-		want     time.Duration
-	}{
-		{1, time.Minute, 500 * time.Millisecond},
-		{2, time.Minute, time.Second},
-		{3, time.Minute, 2 * time.Second},
-		{7, time.Minute, 32 * time.Second},
-		{8, time.Minute, time.Minute},
-		{8, 30 * time.Second, 30 * time.Second},
-		{11, time.Hour, 512 * time.Second}, // the exponent stops growing here
-		{1000, time.Hour, 512 * time.Second},
-		{1, 100 * time.Millisecond, 100 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		require.Equal(t, tt.want, backoff(tt.failures, tt.limit), "backoff(%d, %s)", tt.failures, tt.limit)
-	}
-
-	prev := time.Duration(0)
-	for f := 1; f <= 100; f++ {
-		d := backoff(f, 30*time.Second)
-		require.GreaterOrEqual(t, d, prev, "backoff never shrinks (failures %d)", f)
-		require.LessOrEqual(t, d, 30*time.Second)
-		prev = d
-	}
-	require.Equal(t, 30*time.Second, prev)
-}
-
 // listenerPool is a pool on db whose connections, the poller's LISTEN
 // connection included, carry a unique application_name, so the test can see
 // when that poller is listening.
