@@ -34,17 +34,21 @@ build: ## Build bin/ferry (the first build compiles the Temporal server: 5-20 mi
 .PHONY: test
 test: browser ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) vet ./...
-	$(GO) vet -tags faults ./e2e/
+	$(GO) vet -tags failpoints ./internal/failpoint/ ./poller/ ./activities/
+	$(GO) vet -tags faults,failpoints ./e2e/
 	$(GO) test -race -count=1 $(UNIT_PKGS)
+	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
 	@mkdir -p test-output
-	$(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(SERVER_PKGS)
+	$(GO) test -tags failpoints -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(SERVER_PKGS)
 	@echo "screenshots and other test artifacts: test-output/_artifacts/"
 
 # The long fault runs are built only with the faults tag: without it they are
-# not in the test binary. Figures go to the -v output.
+# not in the test binary. Figures go to the -v output. Failpoints
+# (internal/failpoint) work only in builds with the failpoints tag, which
+# every e2e run here sets.
 .PHONY: test-faults
 test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000): ~40 min
-	$(GO) test -tags faults -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
+	$(GO) test -tags faults,failpoints -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
 # The benchmark measures bin/ferry as built from this tree, so both targets
 # build it first. BENCH_FLAGS adds flags (ferry-bench -h lists them), e.g.

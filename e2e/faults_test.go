@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	_ "modernc.org/sqlite" // reads the embedded server's SQLite file
 
+	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/poller"
 )
@@ -43,6 +44,7 @@ func TestFaultNone(t *testing.T) {
 // consumer.
 func TestFaultCrashPoints(t *testing.T) {
 	t.Parallel()
+	require.True(t, failpoint.Enabled, "failpoints need a build with -tags failpoints (make test sets it)")
 	tests := []struct {
 		name      string
 		role      string // poller, worker or consumer
