@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/internal/startstop"
+	"github.com/ferry-outbox/ferry/internal/testhook"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -111,13 +112,20 @@ type Config struct {
 	// one is set).
 	TracerProvider trace.TracerProvider
 
-	// UnsafeAllowShortLease is for tests only: it lifts the rule that Lease
-	// exceed SignalTimeout + MarkTimeout, and stops bounding a batch's
-	// signals by the lease. Another poller may then claim and signal rows
-	// this one is still signalling. The fault suite's negative control
-	// (e2e) sets it to prove that its checker sees the duplicate signals.
-	// Never set it in a deployment; Ferry's commands cannot.
-	UnsafeAllowShortLease bool
+	// unsafeShortLease lifts the rule that Lease exceed SignalTimeout +
+	// MarkTimeout and stops bounding a batch's signals by the lease. Only
+	// tests set it, through testhook.PollerShortLease: the fault suite's
+	// negative control proves with it that its checker sees duplicate
+	// signals.
+	unsafeShortLease bool
+}
+
+func init() {
+	testhook.PollerShortLease = func(cfg any) any {
+		c := cfg.(Config)
+		c.unsafeShortLease = true
+		return c
+	}
 }
 
 // Poller relays pending outbox rows to aggregate workflows.
@@ -190,7 +198,7 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
 	case cfg.Lease <= 0:
 		return fmt.Errorf("poller: Config.Lease %s: must be positive", cfg.Lease)
-	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout && !cfg.UnsafeAllowShortLease:
+	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout && !cfg.unsafeShortLease:
 		// dispatch ends every signal of a batch by Lease - MarkTimeout after
 		// the claim, so the mark lands inside the lease; this leaves room
 		// for at least one full signal.
@@ -389,7 +397,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	// Every signal must be done before the lease can run out, or another
 	// poller could claim the same rows while this one still signals.
 	dctx, dcancel := context.WithTimeout(ctx, p.cfg.Lease-p.cfg.MarkTimeout)
-	if p.cfg.UnsafeAllowShortLease {
+	if p.cfg.unsafeShortLease {
 		dctx, dcancel = context.WithCancel(ctx)
 	}
 	ok, failed := p.dispatch(dctx, groups)

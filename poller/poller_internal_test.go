@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/internal/testhook"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -218,7 +219,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 			Config{Lease: 3 * time.Second, SignalTimeout: 2 * time.Second, MarkTimeout: time.Second + time.Millisecond},
 			[]string{"Config.Lease", "3s", "SignalTimeout 2s", "MarkTimeout 1.001s"},
 		},
-		{"negative lease, even when unsafe", Config{Lease: -time.Second, UnsafeAllowShortLease: true}, []string{"Config.Lease", "-1s", "positive"}},
+		{"negative lease, even when unsafe", Config{Lease: -time.Second, unsafeShortLease: true}, []string{"Config.Lease", "-1s", "positive"}},
 		{"poll interval too small", Config{PollInterval: 9 * time.Millisecond}, []string{"Config.PollInterval", "9ms"}},
 		{"negative poll interval", Config{PollInterval: -time.Second}, []string{"Config.PollInterval"}},
 		{"unknown start mode", Config{StartMode: "eager"}, []string{"Config.StartMode", `"eager"`, StartOneShot, StartKeepAlive}},
@@ -250,15 +251,16 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	require.Equal(t, 200, p.cfg.BatchSize)
 }
 
-// UnsafeAllowShortLease (the fault suite's negative control) accepts a lease
+// testhook.PollerShortLease (the fault suite's negative control) accepts a lease
 // shorter than SignalTimeout + MarkTimeout and lets a signal outlast it: the
 // signal runs its full SignalTimeout although the lease ran out long before.
 // Without it, such a lease is refused, and signals end by Lease - MarkTimeout.
-func TestUnsafeAllowShortLease(t *testing.T) {
+func TestUnsafeShortLease(t *testing.T) {
 	t.Parallel()
 	short := Config{Lease: 50 * time.Millisecond, SignalTimeout: testSignalTimeout, MarkTimeout: time.Second}
 	require.ErrorContains(t, short.Validate(), "Config.Lease 50ms must exceed")
-	short.UnsafeAllowShortLease = true
+	short = testhook.AllowShortLease(short)
+	require.True(t, short.unsafeShortLease)
 	require.NoError(t, short.Validate())
 
 	// A Temporal that accepts connections and never answers: a signal
