@@ -10,14 +10,53 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
+
+// MaintenanceConfig configures Maintenance.
+type MaintenanceConfig struct {
+	// Pool reaches the outbox tables. Required.
+	Pool *pgxpool.Pool
+	// Temporal lets the reconciler and the drift check ask about an
+	// aggregate's workflow. Without it those two fail (non-retryable);
+	// retention runs.
+	Temporal client.Client
+	// Metrics counts retention, reconciler and drift-check work; nil counts
+	// nothing.
+	Metrics *metrics.Maintenance
+}
+
+// Maintenance holds the scheduled work on the outbox: retention
+// (PurgeOutbox), the reconciler (ReconcileDispatches) and the drift check
+// (CheckDrift).
+type Maintenance struct {
+	pool        *pgxpool.Pool
+	temporal    client.Client
+	maintenance *metrics.Maintenance
+}
+
+// NewMaintenance validates cfg.
+func NewMaintenance(cfg MaintenanceConfig) (*Maintenance, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("activities: MaintenanceConfig.Pool is nil")
+	}
+	return &Maintenance{pool: cfg.Pool, temporal: cfg.Temporal, maintenance: cfg.Metrics}, nil
+}
+
+// Register registers the maintenance activities under their wire names.
+func (a *Maintenance) Register(r Registry) {
+	r.RegisterActivityWithOptions(a.PurgeOutbox, activity.RegisterOptions{Name: workflows.PurgeActivity})
+	r.RegisterActivityWithOptions(a.ReconcileDispatches, activity.RegisterOptions{Name: workflows.ReconcileActivity})
+	r.RegisterActivityWithOptions(a.CheckDrift, activity.RegisterOptions{Name: workflows.DriftActivity})
+}
 
 // Delivered rows only: pending, dispatched and quarantined rows are never
 // touched, whatever their age. Each statement handles at most one batch and
@@ -44,7 +83,7 @@ WHERE id IN (
 // PurgeOutbox deletes delivered rows older than RowAge (and first blanks
 // payloads older than PayloadAge), in batches of at most 1000 rows,
 // heartbeating its progress.
-func (a *Activities) PurgeOutbox(ctx context.Context, in workflows.RetentionInput) (workflows.RetentionResult, error) {
+func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInput) (workflows.RetentionResult, error) {
 	var res workflows.RetentionResult
 	rowAge := cmp.Or(in.RowAge, workflows.DefaultRowRetention)
 	batch := cmp.Or(in.BatchSize, workflows.DefaultPurgeBatch)
@@ -100,7 +139,7 @@ WHERE aggregate_type = $1 AND aggregate_id = $2
 // the poller then signals a new run, which resumes from the delivered
 // version. A running workflow is left alone (it may wait for a gap or hold
 // a quarantined event).
-func (a *Activities) ReconcileDispatches(ctx context.Context, in workflows.ReconcileInput) (workflows.ReconcileResult, error) {
+func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.ReconcileInput) (workflows.ReconcileResult, error) {
 	var res workflows.ReconcileResult
 	age := cmp.Or(in.OlderThan, workflows.DefaultReconcileAfter)
 	rows, err := a.pool.Query(ctx, sqlStuckAggregates, age)
@@ -117,7 +156,7 @@ func (a *Activities) ReconcileDispatches(ctx context.Context, in workflows.Recon
 	}
 	if a.temporal == nil {
 		return res, temporal.NewNonRetryableApplicationError(
-			"this worker's activities have no Temporal client (activities.Config.Temporal)", "Misconfigured", nil)
+			"this worker's activities have no Temporal client (activities.MaintenanceConfig.Temporal)", "Misconfigured", nil)
 	}
 	for _, ag := range stuck {
 		res.Checked++
@@ -147,12 +186,6 @@ func (a *Activities) ReconcileDispatches(ctx context.Context, in workflows.Recon
 		activity.RecordHeartbeat(ctx, res.Checked)
 	}
 	return res, nil
-}
-
-// RegisterMaintenance registers the maintenance activities that Register
-// does not list (the drift check); worker.Register calls both.
-func (a *Activities) RegisterMaintenance(r Registry) {
-	r.RegisterActivityWithOptions(a.CheckDrift, activity.RegisterOptions{Name: workflows.DriftActivity})
 }
 
 // sqlDriftSample picks the aggregates written to or delivered most
@@ -195,11 +228,11 @@ const driftCallTimeout = 10 * time.Second
 // Settle and reported only when the same kind of drift is seen again, so a
 // publish in flight (the row is marked before the workflow hears back) is
 // not reported.
-func (a *Activities) CheckDrift(ctx context.Context, in workflows.DriftInput) (workflows.DriftResult, error) {
+func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (workflows.DriftResult, error) {
 	var res workflows.DriftResult
 	if a.temporal == nil {
 		return res, temporal.NewNonRetryableApplicationError(
-			"this worker's activities have no Temporal client (activities.Config.Temporal)", "Misconfigured", nil)
+			"this worker's activities have no Temporal client (activities.MaintenanceConfig.Temporal)", "Misconfigured", nil)
 	}
 	in.Sample = min(cmp.Or(in.Sample, workflows.DefaultDriftSample), workflows.MaxDriftSample)
 	in.Grace = cmp.Or(in.Grace, workflows.DefaultDriftGrace)
@@ -271,7 +304,7 @@ type aggregateKey struct{ typ, id string }
 // workflow hears back), so the workflow is compared with the read before
 // it where it may lag and with the read after it where it may not lead.
 // ok is false when the workflow could not be asked.
-func (a *Activities) lookForDrift(ctx context.Context, k aggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
+func (a *Maintenance) lookForDrift(ctx context.Context, k aggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
 	before, exists, err := a.driftRows(ctx, k, in.Grace)
 	if err != nil || !exists {
 		return nil, true, err
@@ -295,7 +328,7 @@ type driftTable struct {
 	below       []int64 // pending or dispatched at or below delivered
 }
 
-func (a *Activities) driftRows(ctx context.Context, k aggregateKey, grace time.Duration) (driftTable, bool, error) {
+func (a *Maintenance) driftRows(ctx context.Context, k aggregateKey, grace time.Duration) (driftTable, bool, error) {
 	var t driftTable
 	err := a.pool.QueryRow(ctx, sqlDriftRows, k.typ, k.id, grace).Scan(&t.delivered, &t.dispatched, &t.quarantined, &t.below)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -314,7 +347,7 @@ type driftWorkflow struct {
 	state  *workflows.State // when running
 }
 
-func (a *Activities) driftWorkflow(ctx context.Context, id string) (driftWorkflow, bool) {
+func (a *Maintenance) driftWorkflow(ctx context.Context, id string) (driftWorkflow, bool) {
 	wf := driftWorkflow{id: id, status: "not found"}
 	cctx, cancel := context.WithTimeout(ctx, driftCallTimeout)
 	defer cancel()

@@ -35,6 +35,19 @@ type fakeActivities struct {
 	// (LoadCursor) instead of LoadCursor's own activity.
 	batchCursorReads int
 	regular          []int64 // versions of each regular-path attempt
+
+	// settings are what the worker answers a run that asks (Revision2);
+	// asked counts the calls that asked.
+	settings workflows.Settings
+	asked    int
+}
+
+// answer fills a result's settings as activities.Publish does: the
+// worker's, defaults filled.
+func (f *fakeActivities) answer() *workflows.Settings {
+	f.asked++
+	s := f.settings.WithDefaults()
+	return &s
 }
 
 // PublishBatch publishes the leading events that would not fail, like
@@ -65,6 +78,13 @@ func (f *fakeActivities) PublishBatch(_ context.Context, in workflows.PublishBat
 			return res, nil
 		}
 		in.Events = run
+	}
+	if in.Settings {
+		res.Settings = f.answer()
+		in.Events = in.Events[:min(len(in.Events), max(res.Settings.PublishBatchSize, 0))]
+		if len(in.Events) == 0 {
+			return res, nil
+		}
 	}
 	for _, ev := range in.Events {
 		if f.failures[ev.Version] > 0 {
@@ -98,7 +118,11 @@ func (f *fakeActivities) LoadCursor(_ context.Context, in workflows.CursorInput)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cursorCalls = append(f.cursorCalls, in)
-	return workflows.CursorResult{Delivered: f.delivered}, nil
+	res := workflows.CursorResult{Delivered: f.delivered}
+	if in.Settings {
+		res.Settings = f.answer()
+	}
+	return res, nil
 }
 
 func (f *fakeActivities) publishedVersions() []int64 {
@@ -599,7 +623,7 @@ func TestFastPathIdleCountsFromLastEvent(t *testing.T) {
 // recently: its events in the input, the current revision, no idle wait.
 func oneShotInput(versions ...int64) workflows.AggregateInput {
 	in := fastInput(time.Minute)
-	in.Revision = workflows.CurrentRevision
+	in.Revision = workflows.Revision1
 	in.OneShot = true
 	in.Pending = evs(versions...)
 	return in
@@ -688,7 +712,7 @@ func TestRevision1KeepAliveReadsCursorInFirstBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	in := fastInput(time.Minute)
-	in.Revision = workflows.CurrentRevision
+	in.Revision = workflows.Revision1
 	b.signalAt(0, 1, 2, 3)
 	b.signalAt(10*time.Second, 4)
 	took := b.run(in)
