@@ -65,32 +65,26 @@ type Config struct {
 	// MaxBackoff caps the wait after failures (per row and for the loop).
 	// Default 30s.
 	MaxBackoff time.Duration
-	// IdleTimeout is passed to new aggregate workflows. Zero: the
-	// workflow's default.
-	IdleTimeout time.Duration
-	// Policies are passed to new aggregate workflows: retries and poison
-	// handling per event type ("*" for the rest). Default: every type gets
-	// workflows.DefaultMaxAttempts and blocks its aggregate when they run out.
-	Policies map[string]workflows.EventPolicy
-	// PublishBatchSize is passed to new aggregate workflows: the most
-	// events one fast-path publish takes; -1 turns the fast path off (one
-	// regular activity per event). Default workflows.DefaultPublishBatchSize.
-	PublishBatchSize int
-	// MaxBlockedRefs is passed to new aggregate workflows: the most event
-	// references a blocked one keeps; the rows of events signalled beyond
-	// it stay pending in PostgreSQL and are claimed again after the
-	// repair. -1: no bound. Default workflows.DefaultMaxBlockedRefs.
-	MaxBlockedRefs int
-	// MaxHistoryEvents is passed to new aggregate workflows: they
-	// continue-as-new at this history length. Zero: the workflow's default.
-	MaxHistoryEvents int
+	// SignalWindow is how long after dispatching an aggregate this poller
+	// takes its run to be still open: within it, the aggregate's events go
+	// by Signal-With-Start; after it, StartMode decides. Set it to the
+	// workers' idle timeout (worker.Config.Workflow.IdleTimeout), which the
+	// runs themselves follow: a window longer than it costs a refused
+	// one-shot start now and then, a shorter one a new keep-alive run where
+	// a signal would have done. Default workflows.DefaultIdleTimeout (1m).
+	//
+	// The aggregate workflow's settings (idle timeout, history length,
+	// batch size, blocked-reference bound, policies) are not the poller's:
+	// the worker owns them (worker.Config.Workflow).
+	SignalWindow time.Duration
 	// StartMode is how an aggregate that this poller has not dispatched
-	// within IdleTimeout gets its events: StartOneShot (default) starts a
+	// within SignalWindow gets its events: StartOneShot (default) starts a
 	// one-shot run with the events in its input (eagerly, when a worker of
 	// the task queue shares the client), which completes as soon as it has
 	// published them; StartKeepAlive signals-with-start a run that idles
-	// for IdleTimeout. Aggregates dispatched within IdleTimeout always get
-	// Signal-With-Start, so a busy aggregate keeps one run.
+	// for the workers' idle timeout. Aggregates dispatched within
+	// SignalWindow always get Signal-With-Start, so a busy aggregate keeps
+	// one run.
 	StartMode string
 	// MaxRefusedAttempts is how many claims of a row end in a start or
 	// signal that Temporal refuses as invalid (InvalidArgument: a request
@@ -159,7 +153,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
-		recent: newRecentSet(cmp.Or(cfg.IdleTimeout, workflows.DefaultIdleTimeout), recentMax)}, nil
+		recent: newRecentSet(cfg.SignalWindow, recentMax)}, nil
 }
 
 func (cfg Config) withDefaults() Config {
@@ -172,11 +166,10 @@ func (cfg Config) withDefaults() Config {
 	cfg.MarkTimeout = cmp.Or(cfg.MarkTimeout, 5*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
-	cfg.PublishBatchSize = cmp.Or(cfg.PublishBatchSize, workflows.DefaultPublishBatchSize)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.StartMode = cmp.Or(cfg.StartMode, StartOneShot)
 	cfg.MaxRefusedAttempts = cmp.Or(cfg.MaxRefusedAttempts, 3)
-	cfg.MaxBlockedRefs = cmp.Or(cfg.MaxBlockedRefs, workflows.DefaultMaxBlockedRefs)
+	cfg.SignalWindow = cmp.Or(cfg.SignalWindow, workflows.DefaultIdleTimeout)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -192,8 +185,6 @@ func (cfg Config) Validate() error {
 	switch {
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
 		return fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
-	case cfg.PublishBatchSize < -1 || cfg.PublishBatchSize > 1000:
-		return fmt.Errorf("poller: Config.PublishBatchSize %d: use 1 to 1000, or -1 for one activity per event", cfg.PublishBatchSize)
 	case cfg.Concurrency < 1:
 		return fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
 	case cfg.Lease <= 0:
@@ -206,8 +197,8 @@ func (cfg Config) Validate() error {
 			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
 	case cfg.PollInterval < 10*time.Millisecond:
 		return fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
-	case cfg.MaxBlockedRefs < -1 || cfg.MaxBlockedRefs == 0:
-		return fmt.Errorf("poller: Config.MaxBlockedRefs %d: use at least 1, or -1 for no bound", cfg.MaxBlockedRefs)
+	case cfg.SignalWindow < 0:
+		return fmt.Errorf("poller: Config.SignalWindow %s: must not be negative", cfg.SignalWindow)
 	case cfg.MaxRefusedAttempts < 1:
 		return fmt.Errorf("poller: Config.MaxRefusedAttempts %d: must be at least 1", cfg.MaxRefusedAttempts)
 	case cfg.StartMode != StartOneShot && cfg.StartMode != StartKeepAlive:
@@ -551,15 +542,11 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 	id := workflows.WorkflowID(g.aggType, g.aggID)
 	ctx, span := p.dispatchSpan(ctx, g, id)
 	defer func() { endSpan(span, err) }()
+	// The run's settings are its worker's (workflows.Revision2).
 	in := workflows.AggregateInput{
-		AggregateType:    g.aggType,
-		AggregateID:      g.aggID,
-		IdleTimeout:      p.cfg.IdleTimeout,
-		MaxHistoryEvents: p.cfg.MaxHistoryEvents,
-		PublishBatchSize: max(p.cfg.PublishBatchSize, 0),
-		MaxBlockedRefs:   max(p.cfg.MaxBlockedRefs, 0),
-		Policies:         p.cfg.Policies,
-		Revision:         workflows.CurrentRevision,
+		AggregateType: g.aggType,
+		AggregateID:   g.aggID,
+		Revision:      workflows.CurrentRevision,
 	}
 	parts := chunks(g.events, maxRefsPerDispatch)
 	how := metrics.DispatchSignal

@@ -165,9 +165,7 @@ func TestNewFillsDefaults(t *testing.T) {
 	require.Equal(t, time.Second, c.PollInterval)
 	require.Equal(t, 16, c.Concurrency)
 	require.Equal(t, 30*time.Second, c.MaxBackoff)
-	require.Zero(t, c.IdleTimeout, "zero leaves the workflow's default")
-	require.Zero(t, c.MaxHistoryEvents, "zero leaves the workflow's default")
-	require.Equal(t, workflows.DefaultPublishBatchSize, c.PublishBatchSize, "pollers turn the fast path on")
+	require.Equal(t, workflows.DefaultIdleTimeout, c.SignalWindow, "the workers' default idle timeout")
 	require.Same(t, slog.Default(), c.Logger)
 	require.Equal(t, otel.GetTracerProvider(), c.TracerProvider)
 	require.Equal(t, StartOneShot, c.StartMode)
@@ -181,16 +179,16 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		Pool: lazyPool(t), Temporal: deadTemporal(t),
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
-		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, MaxBlockedRefs: 9,
+		Concurrency: 1, MaxBackoff: time.Minute, SignalWindow: time.Hour, Logger: logger,
+		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
 	})
 	require.NoError(t, err)
 	require.Equal(t, Config{
 		Pool: p.cfg.Pool, Temporal: p.cfg.Temporal,
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
-		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, MaxBlockedRefs: 9,
+		Concurrency: 1, MaxBackoff: time.Minute, SignalWindow: time.Hour, Logger: logger,
+		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
 	}, p.cfg)
 }
 
@@ -208,7 +206,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		{"batch size above the limit", Config{BatchSize: 10001}, []string{"Config.BatchSize", "10001"}},
 		{"negative concurrency", Config{Concurrency: -1}, []string{"Config.Concurrency", "-1"}},
 		{"negative refused attempts", Config{MaxRefusedAttempts: -1}, []string{"Config.MaxRefusedAttempts", "-1"}},
-		{"blocked refs below -1", Config{MaxBlockedRefs: -2}, []string{"Config.MaxBlockedRefs", "-2"}},
+		{"negative signal window", Config{SignalWindow: -time.Second}, []string{"Config.SignalWindow", "-1s"}},
 		{
 			"lease equal to signal + mark timeout",
 			Config{Lease: 10 * time.Second}, // defaults: SignalTimeout 5s + MarkTimeout 5s

@@ -194,7 +194,7 @@ func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *brok
 		return worker.Config{}, err
 	}
 	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace,
-		Effects: effectRegistrars, WorkflowTaskPollers: cfg.WorkflowTaskPollers}
+		Effects: effectRegistrars, WorkflowTaskPollers: cfg.WorkflowTaskPollers, Workflow: WorkflowSettings(cfg)}
 	if !cfg.NoSchedules {
 		wc.Schedules = &worker.Schedules{
 			Retention: workflows.RetentionInput{RowAge: cfg.RowRetention, PayloadAge: cfg.PayloadRetention},
@@ -204,7 +204,19 @@ func workerConfigFull(cfg Config, pool *pgxpool.Pool, c client.Client, pub *brok
 	return wc, nil
 }
 
-// PollerConfig is the poller's configuration over pool and Temporal.
+// WorkflowSettings are the aggregate workflow's settings, which the worker
+// owns and hands to every run at its start.
+func WorkflowSettings(cfg Config) workflows.Settings {
+	return workflows.Settings{
+		IdleTimeout:      cfg.IdleTimeout,
+		PublishBatchSize: cfg.PublishBatchSize,
+		MaxBlockedRefs:   cfg.MaxBlockedRefs,
+		Policies:         cfg.Policies,
+	}
+}
+
+// PollerConfig is the poller's configuration over pool and Temporal. Its
+// signal window follows the idle timeout the workers give their runs.
 func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) poller.Config {
 	return poller.Config{
 		Pool:         pool,
@@ -213,13 +225,9 @@ func PollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		BatchSize:    cfg.BatchSize,
 		Lease:        cfg.Lease,
 		PollInterval: cfg.PollInterval,
-		IdleTimeout:  cfg.IdleTimeout,
+		SignalWindow: cfg.IdleTimeout,
 		StartMode:    cfg.StartMode,
-		Policies:     cfg.Policies,
 		Logger:       logger,
-
-		PublishBatchSize: cfg.PublishBatchSize,
-		MaxBlockedRefs:   cfg.MaxBlockedRefs,
 	}
 }
 

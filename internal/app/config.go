@@ -47,7 +47,9 @@ type Config struct {
 	PublishBatchSize int
 	// MaxBlockedRefs is the most event references a blocked aggregate
 	// workflow keeps; the rows of the events signalled beyond it stay
-	// pending in PostgreSQL until its repair (poller.Config.MaxBlockedRefs).
+	// pending in PostgreSQL until its repair. A worker setting
+	// (worker.Config.Workflow), as are PublishBatchSize, IdleTimeout and
+	// Policies: runs take them from their worker at their start.
 	// -1: no bound. Default 0: workflows.DefaultMaxBlockedRefs (5,000).
 	MaxBlockedRefs int
 	// WorkflowTaskPollers of the worker; default 8 (worker.Config).
@@ -56,7 +58,9 @@ type Config struct {
 	Lease time.Duration
 	// PollInterval, the fallback when no NOTIFY arrives; default 1s.
 	PollInterval time.Duration
-	// IdleTimeout after which an idle aggregate workflow completes; default 1m.
+	// IdleTimeout after which an idle aggregate workflow completes (the
+	// worker's); pollers use it as their signal window
+	// (poller.Config.SignalWindow). Default 1m.
 	IdleTimeout time.Duration
 	// StartMode of aggregates not dispatched within IdleTimeout:
 	// poller.StartOneShot (default: a run with the events in its input
