@@ -79,9 +79,8 @@ func publishOptions(p EventPolicy) workflow.ActivityOptions {
 // aggregate_block.go, repairs in aggregate_repair.go.
 func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	st := newAggregateState(in)
-	if err := st.registerHandlers(ctx); err != nil {
-		return err
-	}
+	// Before the handlers, as recorded histories did: a handler that ran
+	// during this local activity would put its commands before its marker.
 	switch {
 	case in.Resumed && in.Revision >= Revision2:
 		// A run continued as new asks its worker again.
@@ -97,6 +96,9 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 		}
 	}
 	st.add(in.Pending)
+	if err := st.registerHandlers(ctx); err != nil {
+		return err
+	}
 
 	signals := workflow.GetSignalChannel(ctx, EventsSignal)
 	for {
