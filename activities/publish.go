@@ -179,7 +179,7 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	return workflows.PublishResult{Effects: effects}, nil
 }
 
-// load reads an outbox row, classifying a row that cannot exist as
+// loadEvent reads an outbox row, classifying a row that cannot exist as
 // non-retryable.
 func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (row, error) {
 	var ev row
