@@ -21,7 +21,7 @@ import (
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// The histories were recorded from real runs by internal/tools/recordhistory
+// The histories were recorded from real runs by dev/tools/recordhistory
 // (-scenario NAME for testdata/NAME_history.json). The workflow must keep
 // replaying them; a change that does not is a non-deterministic change and
 // needs a new revision or workflow.GetVersion (the package doc says which).
