@@ -26,15 +26,13 @@ func TestMetricsModuleUsesTheServicesRegisterer(t *testing.T) {
 	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
 	reg := prometheus.NewRegistry()
 	var m *metrics.Metrics
-	var srv *metrics.Server
 	app := fx.New(fx.NopLogger, fx.Supply(ferry.Config{}),
 		fx.Provide(func() *pgxpool.Pool { return db.Pool }, func() client.Client { return lazy },
 			func() prometheus.Registerer { return reg }),
 		ferry.Metrics, ferry.Poller, needPoller,
-		fx.Populate(&m, &srv))
+		fx.Populate(&m))
 	require.NoError(t, app.Err())
 	require.NotNil(t, m, "the poller counts into Ferry's metrics")
-	require.Nil(t, srv, "the service serves its own registry")
 
 	require.Equal(t, 1.0, testenv.Sample(t, reg, "ferry_outbox_events", nil), "the pending row, read from the service's pool")
 	require.True(t, testenv.HasMetric(t, reg, "ferry_outbox_oldest_age_seconds"))
@@ -57,12 +55,6 @@ func TestMetricsModuleUsesTheServicesRegisterer(t *testing.T) {
 		ferry.Metrics, fx.Invoke(func(*metrics.Metrics) {}))
 	require.ErrorContains(t, clash.Err(), "take its *metrics.Consumer from the graph")
 	require.False(t, testenv.HasMetric(t, dup, "ferry_relay_claimed_total"), "nothing of Ferry's left behind")
-
-	// Serving Ferry's own endpoint as well would serve nothing of Ferry's.
-	bad := fx.New(fx.NopLogger, fx.Supply(ferry.Config{MetricsAddress: "127.0.0.1:0"}),
-		fx.Provide(func() *pgxpool.Pool { return db.Pool }, func() prometheus.Registerer { return prometheus.NewRegistry() }),
-		ferry.Metrics, fx.Invoke(func(*metrics.Metrics) {}))
-	require.ErrorContains(t, bad.Err(), "MetricsAddress")
 }
 
 // ferry.New registers the same metrics on Deps.Metrics; registering twice on

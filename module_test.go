@@ -51,7 +51,7 @@ func TestModulesGraph(t *testing.T) {
 		{"with a logger", []fx.Option{cfg, fx.Supply(slog.Default()), ferry.Module, needPoller}, ""},
 		{"no pool", []fx.Option{cfg, ferry.Temporal, ferry.Poller}, "pgxpool.Pool"},
 		{"no Temporal client", []fx.Option{cfg, ferry.Postgres, ferry.Worker}, "client.Client"},
-		{"no Config", []fx.Option{serviceDeps(), ferry.Poller}, "app.Config"},
+		{"no Config", []fx.Option{serviceDeps(), ferry.Poller}, "ferry.Config"},
 		{"worker not asked for", []fx.Option{cfg, serviceDeps(), ferry.Poller, needWorker}, "worker.Worker"},
 		// The worker's publisher is its own business, not the service's.
 		{"publisher stays private", []fx.Option{cfg, serviceDeps(), ferry.Worker, fx.Invoke(func(*broker.Publisher) {})}, "broker.Publisher"},
@@ -86,11 +86,10 @@ func TestModulesValidateConfig(t *testing.T) {
 		wantErr string
 	}{
 		{"zero Config is fine", ferry.Config{}, ferry.Poller, needPoller, ""},
-		{"bad task queue", ferry.Config{TaskQueue: "my queue"}, ferry.Poller, needPoller, `task queue "my queue"`},
-		{"lease too short", ferry.Config{Lease: 2e9}, ferry.Poller, needPoller, "Lease 2s must exceed"},
-		{"bad exchange", ferry.Config{Exchange: "no spaces"}, ferry.Worker, needWorker, `Exchange "no spaces"`},
-		{"not AMQP", ferry.Config{AMQPURL: "http://u:topsecret@host/"}, ferry.Worker, needWorker, "must be amqp://"},
-		{"half an mTLS pair", ferry.Config{TemporalTLSCert: "c.pem"}, ferry.Poller, needPoller, "--temporal-tls-key"},
+		{"bad task queue", ferry.Config{TaskQueue: "my queue"}, ferry.Poller, needPoller, `ferry: Config.TaskQueue "my queue"`},
+		{"lease too short", ferry.Config{Lease: 2e9}, ferry.Poller, needPoller, "ferry: Config.Lease must exceed the signal timeout 5s + the mark timeout 5s, got 2s"},
+		{"bad exchange", ferry.Config{Exchange: "no spaces"}, ferry.Worker, needWorker, `ferry: Config.Exchange "no spaces"`},
+		{"not AMQP", ferry.Config{AMQPURL: "http://u:topsecret@host/"}, ferry.Worker, needWorker, "ferry: Config.AMQPURL http://u:xxxxx@host/: must be amqp://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/worker"
 )
 
@@ -41,6 +41,9 @@ type Deps struct {
 type Relay struct {
 	cfg    Config
 	poller *poller.Poller
+	// wal, with Config.Source "wal", runs in the poller's place and
+	// dispatches through it.
+	wal    *walrelay.Relay
 	worker *worker.Worker
 	pub    *broker.Publisher
 	// unregister takes Ferry's collectors off Deps.Metrics.
@@ -51,8 +54,9 @@ type Relay struct {
 	stopped bool
 }
 
-// New validates cfg (filling its defaults) and builds the components roles
-// asks for. It dials nothing; Start does.
+// New fills cfg's defaults and checks it (Config.WithDefaults, once, by
+// value), then builds the components roles asks for. It dials nothing;
+// Start does.
 func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 	cfg, err = cfg.WithDefaults()
 	if err != nil {
@@ -74,7 +78,7 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 	var m *metrics.Metrics
 	var mm *metrics.Maintenance
 	if deps.Metrics != nil {
-		if m, mm, r.unregister, err = app.RegisterMetrics(deps.Metrics, deps.Pool); err != nil {
+		if m, mm, r.unregister, err = registerMetrics(deps.Metrics, deps.Pool); err != nil {
 			return nil, fmt.Errorf("ferry: Deps.Metrics: %w", err)
 		}
 	}
@@ -85,10 +89,10 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 	}()
 	if roles.Worker {
 		// Not dialled yet: Start connects it, and a publish redials.
-		if r.pub, err = broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout}); err != nil {
+		if r.pub, err = newPublisher(cfg); err != nil {
 			return nil, err
 		}
-		wcfg, err := app.WorkerConfig(cfg, deps.Pool, deps.Temporal, r.pub, m, mm)
+		wcfg, err := workerConfig(cfg, deps.Pool, deps.Temporal, r.pub, m, mm, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -97,10 +101,17 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 		}
 	}
 	if roles.Poller {
-		pc := app.PollerConfig(cfg, deps.Pool, deps.Temporal, logger)
+		pc := pollerConfig(cfg, deps.Pool, deps.Temporal, logger)
 		pc.Metrics = m.Relay()
 		if r.poller, err = poller.New(pc); err != nil {
 			return nil, err
+		}
+		if cfg.Source == SourceWAL {
+			wc := walConfig(cfg)
+			wc.Pool, wc.Poller, wc.Logger = deps.Pool, r.poller, logger
+			if r.wal, err = walrelay.New(wc); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return r, nil
@@ -126,7 +137,13 @@ func (r *Relay) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.poller != nil {
+	switch {
+	case r.wal != nil:
+		if err := r.wal.Start(ctx); err != nil {
+			r.stopLocked()
+			return err
+		}
+	case r.poller != nil:
 		if err := r.poller.Start(ctx); err != nil {
 			r.stopLocked()
 			return err
@@ -149,7 +166,10 @@ func (r *Relay) stopLocked() {
 		return
 	}
 	r.stopped = true
-	if r.poller != nil {
+	switch {
+	case r.wal != nil:
+		r.wal.Stop()
+	case r.poller != nil:
 		r.poller.Stop()
 	}
 	if r.worker != nil {

@@ -86,7 +86,7 @@ func translateStart(slot string, err error) error {
 func translateConnect(user string, err error) error {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) && (pg.Code == codeInsufficientPriv || pg.Code == codeInvalidAuthSpec) {
-		return fmt.Errorf("%w: %s\n  Grant it (ALTER ROLE %s REPLICATION) and allow replication connections in pg_hba.conf, or use --source poll: %w",
+		return fmt.Errorf("%w: %s\n  Grant it (ALTER ROLE %s REPLICATION) and allow replication connections in pg_hba.conf, or set Config.Source to poll: %w",
 			ErrNoReplicationPrivilege, pg.Message, user, err)
 	}
 	return err
@@ -103,7 +103,7 @@ func translateCreateSlot(slot string, maxSlots string, err error) error {
 		return fmt.Errorf("%w (max_replication_slots = %s): cannot create slot %q\n  Drop an unused slot (SELECT slot_name FROM pg_replication_slots WHERE NOT active) or raise max_replication_slots: %w",
 			ErrSlotLimit, maxSlots, slot, err)
 	case codeInsufficientPriv:
-		return fmt.Errorf("%w: cannot create slot %q\n  Grant REPLICATION to Ferry's role, or use --source poll: %w", ErrNoReplicationPrivilege, slot, err)
+		return fmt.Errorf("%w: cannot create slot %q\n  Grant REPLICATION to Ferry's role, or set Config.Source to poll: %w", ErrNoReplicationPrivilege, slot, err)
 	case codeObjectNotInPrereq:
 		return fmt.Errorf("%w: cannot create slot %q: %w", ErrWALLevel, slot, err)
 	}

@@ -413,7 +413,7 @@ func TestMisconfigurationErrors(t *testing.T) {
 		err := startErr(t, db.Pool, walrelay.Config{})
 		require.ErrorIs(t, err, walrelay.ErrWALLevel)
 		require.ErrorContains(t, err, `it is "replica"`)
-		require.ErrorContains(t, err, "--source poll")
+		require.ErrorContains(t, err, "set Config.Source to poll")
 	})
 	t.Run("no REPLICATION attribute, publication missing the table, slots used up", func(t *testing.T) {
 		t.Parallel()

@@ -58,7 +58,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, slot, publication string) 
 		return false, fmt.Errorf("read wal_level: %w", err)
 	}
 	if walLevel != "logical" {
-		return false, fmt.Errorf("%w: it is %q\n  Log tailing reads PostgreSQL's write-ahead log: set wal_level = logical (ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL), or use --source poll",
+		return false, fmt.Errorf("%w: it is %q\n  Log tailing reads PostgreSQL's write-ahead log: set wal_level = logical (ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL), or set Config.Source to poll",
 			ErrWALLevel, walLevel)
 	}
 	var user string
@@ -67,7 +67,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, slot, publication string) 
 		return false, fmt.Errorf("read the role's attributes: %w", err)
 	}
 	if !mayReplicate {
-		return false, fmt.Errorf("%w: role %q lacks the REPLICATION attribute\n  Grant it (ALTER ROLE %s REPLICATION), or use --source poll",
+		return false, fmt.Errorf("%w: role %q lacks the REPLICATION attribute\n  Grant it (ALTER ROLE %s REPLICATION), or set Config.Source to poll",
 			ErrNoReplicationPrivilege, user, pgx.Identifier{user}.Sanitize())
 	}
 	if err := ensurePublication(ctx, pool, publication); err != nil {
@@ -105,7 +105,7 @@ func ensurePublication(ctx context.Context, pool *pgxpool.Pool, publication stri
 		return fmt.Errorf("read publication %q: %w", publication, err)
 	}
 	if !hasTable || !inserts {
-		return fmt.Errorf("%w: publication %q exists but does not publish inserts into outbox_events of this schema\n  Add it (ALTER PUBLICATION %s ADD TABLE outbox_events; and publish = 'insert'), drop the publication so Ferry creates its own, or set --wal-publication to another name",
+		return fmt.Errorf("%w: publication %q exists but does not publish inserts into outbox_events of this schema\n  Add it (ALTER PUBLICATION %s ADD TABLE outbox_events; and publish = 'insert'), drop the publication so Ferry creates its own, or set Config.WALPublication to another name",
 			ErrPublicationMissingTable, publication, pgx.Identifier{publication}.Sanitize())
 	}
 	return nil
@@ -117,7 +117,7 @@ func ensureSlot(ctx context.Context, pool *pgxpool.Pool, slot string) (created b
 	switch {
 	case err == nil:
 		if kind != "logical" || plugin != "pgoutput" || db != here {
-			return false, fmt.Errorf("replication slot %q exists but is a %s slot of plugin %q in database %q, not a pgoutput slot of %q: set --wal-slot to another name",
+			return false, fmt.Errorf("replication slot %q exists but is a %s slot of plugin %q in database %q, not a pgoutput slot of %q: set Config.WALSlot to another name",
 				slot, kind, plugin, db, here)
 		}
 		return false, nil

@@ -49,7 +49,7 @@ func (dev) RunDemo(ctx context.Context, d cli.Demo) {
 	cfg, out := d.Config, d.Out
 	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	pool, err := app.OpenPool(cctx, cfg.PostgresURL)
+	pool, err := cfg.OpenPool(cctx)
 	if err != nil {
 		fmt.Fprintf(out, "ferry dev: demo producer off: %v\n", err)
 		return
@@ -63,7 +63,7 @@ func (dev) RunDemo(ctx context.Context, d cli.Demo) {
 		// Every 5th applied message is sent again, so the
 		// deduplication shows.
 		red, _ := cfg.Redactor() // validated by WithDefaults
-		err := inventory.Run(ctx, inventory.Config{PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL,
+		err := inventory.Run(ctx, inventory.Config{PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQPURL,
 			Exchange: cfg.Exchange, Out: out, ResendEvery: 5, Logger: d.Logger, Metrics: d.Metrics, Redact: red})
 		if err != nil {
 			fmt.Fprintf(out, "ferry dev: example consumer stopped: %v\n", err)

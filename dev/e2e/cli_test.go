@@ -62,7 +62,7 @@ func TestCommandsExplainUnreachableServices(t *testing.T) {
 			name: "lease too short",
 			env:  []string{"FERRY_POSTGRES_URL=" + db.URL, "FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace},
 			args: []string{"poller", "--lease", "3s"},
-			want: []string{"Lease 3s must exceed SignalTimeout"},
+			want: []string{"--lease (FERRY_LEASE) must exceed the signal timeout 5s + the mark timeout 5s, got 3s"},
 		},
 	}
 	for _, tc := range cases {

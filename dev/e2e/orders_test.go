@@ -33,14 +33,14 @@ func TestOrdersExampleEndToEnd(t *testing.T) {
 	app := fx.New(fx.NopLogger, fx.Populate(&srv), orders.Options(orders.Config{
 		HTTPAddress: "127.0.0.1:0",
 		Ferry: ferryoutbox.Config{
-			PostgresURL:     db.URL,
-			AMQPURL:         br.URL,
-			TemporalAddress: temporalAddr,
-			Namespace:       namespace,
-			TaskQueue:       testenv.Name("tq"),
-			Exchange:        br.Exchange,
-			PollInterval:    200 * time.Millisecond,
+			AMQPURL:      br.URL,
+			Namespace:    namespace,
+			TaskQueue:    testenv.Name("tq"),
+			Exchange:     br.Exchange,
+			PollInterval: 200 * time.Millisecond,
 		},
+		Postgres: ferryoutbox.PostgresConfig{URL: db.URL},
+		Temporal: ferryoutbox.TemporalConfig{Address: temporalAddr, Namespace: namespace},
 	}))
 	require.NoError(t, app.Err())
 	require.NoError(t, app.Start(ctx))

@@ -307,10 +307,10 @@ func TestWALCommands(t *testing.T) {
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, `wal_level is not logical: it is "replica"`)
 	require.Contains(t, out, "ALTER SYSTEM SET wal_level = logical")
-	require.Contains(t, out, "--source poll")
+	require.Contains(t, out, "set --source (FERRY_SOURCE) to poll")
 	code, out = ferry(t, []string{"FERRY_POSTGRES_URL=" + shared.URL}, "poller", "--source", "wal", "--wal-slot", "Ferry-Slot")
 	require.Equal(t, 1, code, out)
-	require.Contains(t, out, `Config.Slot "Ferry-Slot"`)
+	require.Contains(t, out, `--wal-slot (FERRY_WAL_SLOT) "Ferry-Slot"`)
 
 	e, _ := walEnv(t)
 	env := append([]string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_TASK_QUEUE=" + e.taskQueue}, temporal...)

@@ -39,6 +39,11 @@ type Config struct {
 	HTTPAddress string
 	// Ferry is the embedded relay's configuration.
 	Ferry ferry.Config
+	// Postgres and Temporal are the connections' (ferry.Postgres and
+	// ferry.Temporal build them; a service that has a pool and a client
+	// already provides its own).
+	Postgres ferry.PostgresConfig
+	Temporal ferry.TemporalConfig
 }
 
 // ConfigFromEnv reads ORDERS_HTTP_ADDRESS and Ferry's FERRY_* variables.
@@ -46,13 +51,16 @@ func ConfigFromEnv() Config {
 	return Config{
 		HTTPAddress: os.Getenv("ORDERS_HTTP_ADDRESS"),
 		Ferry: ferry.Config{
-			PostgresURL:     os.Getenv("FERRY_POSTGRES_URL"),
-			AMQPURL:         os.Getenv("FERRY_AMQP_URL"),
-			TemporalAddress: os.Getenv("FERRY_TEMPORAL_ADDRESS"),
-			Namespace:       os.Getenv("FERRY_TEMPORAL_NAMESPACE"),
-			TaskQueue:       os.Getenv("FERRY_TASK_QUEUE"),
-			Exchange:        os.Getenv("FERRY_EXCHANGE"),
-			TemporalAPIKey:  os.Getenv("FERRY_TEMPORAL_API_KEY"),
+			AMQPURL:   os.Getenv("FERRY_AMQP_URL"),
+			Namespace: os.Getenv("FERRY_TEMPORAL_NAMESPACE"),
+			TaskQueue: os.Getenv("FERRY_TASK_QUEUE"),
+			Exchange:  os.Getenv("FERRY_EXCHANGE"),
+		},
+		Postgres: ferry.PostgresConfig{URL: os.Getenv("FERRY_POSTGRES_URL")},
+		Temporal: ferry.TemporalConfig{
+			Address:   os.Getenv("FERRY_TEMPORAL_ADDRESS"),
+			Namespace: os.Getenv("FERRY_TEMPORAL_NAMESPACE"),
+			APIKey:    os.Getenv("FERRY_TEMPORAL_API_KEY"),
 		},
 	}
 }
@@ -63,7 +71,7 @@ func ConfigFromEnv() Config {
 // (POST /orders, and GET /metrics with Ferry's series beside the service's).
 func Options(cfg Config) fx.Option {
 	return fx.Options(
-		fx.Supply(cfg, cfg.Ferry),
+		fx.Supply(cfg, cfg.Ferry, cfg.Postgres, cfg.Temporal),
 		ferry.Postgres, ferry.Temporal, // the service's pool and client
 		ferry.Metrics,              // Ferry's series on the service's registry
 		ferry.Poller, ferry.Worker, // the embedded relay

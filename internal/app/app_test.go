@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,9 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
+	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/internal/settings"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -42,22 +43,22 @@ func TestOptionsGraph(t *testing.T) {
 
 	tests := []struct {
 		name       string
-		roles      app.Roles
+		roles      ferry.Roles
 		hasPoller  bool
 		hasWorker  bool
 		wantAbsent string
 	}{
-		{"poller only", app.Roles{Poller: true}, true, false, "worker.Worker"},
-		{"worker only", app.Roles{Worker: true}, false, true, "poller.Poller"},
-		{"both", app.Roles{Poller: true, Worker: true}, true, true, ""},
-		{"both, source wal", app.Roles{Poller: true, Worker: true}, true, true, ""}, // the relay runs over the poller
+		{"poller only", ferry.Roles{Poller: true}, true, false, "worker.Worker"},
+		{"worker only", ferry.Roles{Worker: true}, false, true, "poller.Poller"},
+		{"both", ferry.Roles{Poller: true, Worker: true}, true, true, ""},
+		{"both, source wal", ferry.Roles{Poller: true, Worker: true}, true, true, ""}, // the relay runs over the poller
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := defaults(t)
 			if strings.HasSuffix(tt.name, "source wal") {
-				cfg.Source = app.SourceWAL
+				cfg.Source = ferry.SourceWAL
 			}
 			opts := app.Options(cfg, tt.roles, logger)
 			require.NoError(t, fx.ValidateApp(opts))
@@ -77,49 +78,47 @@ func TestOptionsGraph(t *testing.T) {
 	}
 }
 
+// The process's Config fills every library config's defaults and the
+// process's own, from the one table; set fields are kept.
 func TestConfigWithDefaults(t *testing.T) {
 	t.Parallel()
 	cfg := defaults(t)
-	require.Equal(t, app.Config{
-		PostgresURL:     "postgres://postgres@127.0.0.1:5432/postgres",
-		AMQPURL:         "amqp://guest:guest@127.0.0.1:5672/",
-		TemporalAddress: "127.0.0.1:7233",
-		Namespace:       "default",
-		TaskQueue:       "ferry",
-		Exchange:        "ferry.events",
-		RoutingKey:      "{aggregate_type}.{event_type}",
-		BatchSize:       200,
-		Lease:           30 * time.Second,
-		PollInterval:    time.Second,
-		StartMode:       poller.StartOneShot,
-		ConnectTimeout:  10 * time.Second,
-		RowRetention:    30 * 24 * time.Hour,
-		OTelExporter:    "none",
-		Source:          app.SourcePoll,
-		WALSlot:         "ferry_outbox",
-		WALPublication:  "ferry_outbox",
-
-		WALCatchUpInterval: 30 * time.Second,
-	}, cfg)
-	require.Equal(t, app.DefaultPostgresURL, cfg.PostgresURL)
-	require.Equal(t, app.DefaultAMQPURL, cfg.AMQPURL)
-	require.Equal(t, app.DefaultTemporalAddress, cfg.TemporalAddress)
-	// IdleTimeout stays zero: the workflow applies its documented 1m.
-	require.Equal(t, time.Minute, cmp.Or(cfg.IdleTimeout, workflows.DefaultIdleTimeout))
+	require.Equal(t, settings.DefaultPostgresURL, cfg.Postgres.URL)
+	require.Equal(t, settings.DefaultAMQPURL, cfg.AMQPURL)
+	require.Equal(t, settings.DefaultTemporalAddress, cfg.Temporal.Address)
+	require.Equal(t, "default", cfg.Temporal.Namespace)
+	require.Equal(t, "default", cfg.Namespace, "the relay's namespace is the client's")
+	require.Equal(t, 10*time.Second, cfg.Postgres.ConnectTimeout)
+	require.Equal(t, 10*time.Second, cfg.Temporal.ConnectTimeout)
+	require.Equal(t, "none", cfg.OTelExporter)
+	require.Equal(t, time.Minute, cfg.IdleTimeout)
+	require.Equal(t, poller.StartOneShot, cfg.StartMode)
 
 	set := app.Config{
-		PostgresURL: "postgres://a@b/c", AMQPURL: "amqp://d/", TemporalAddress: "e:1", Namespace: "ns",
-		TaskQueue: "q.1:x-y_z", Exchange: "ex", RoutingKey: "all.{event_type}", BatchSize: 7, Lease: time.Minute, PollInterval: time.Hour,
-		IdleTimeout: 2 * time.Minute, StartMode: poller.StartKeepAlive, ConnectTimeout: time.Second, RowRetention: 48 * time.Hour,
+		Config: ferry.Config{
+			AMQPURL: "amqp://d/", TaskQueue: "q.1:x-y_z", Exchange: "ex", RoutingKey: "all.{event_type}", BatchSize: 7, Lease: time.Minute,
+			PollInterval: time.Hour, IdleTimeout: 2 * time.Minute, StartMode: poller.StartKeepAlive, ConnectTimeout: time.Second,
+			RowRetention: 48 * time.Hour, Source: ferry.SourceWAL, WALSlot: "orders_slot", WALPublication: "orders_pub",
+			WALCatchUpInterval: time.Minute, MaxBlockedRefs: 9,
+		},
+		Postgres:     ferry.PostgresConfig{URL: "postgres://a@b/c"},
+		Temporal:     ferry.TemporalConfig{Address: "e:1", Namespace: "ns"},
 		OTelExporter: "otlp-grpc", OTelEndpoint: "https://collector:4317", OTelServiceName: "relay",
-		Source: app.SourceWAL, WALSlot: "orders_slot", WALPublication: "orders_pub", WALCatchUpInterval: time.Minute,
-		MaxBlockedRefs: 9,
 	}
 	got, err := set.WithDefaults()
 	require.NoError(t, err)
-	require.Equal(t, set, got, "set fields are kept")
+	require.Equal(t, "ns", got.Namespace)
+	require.Equal(t, time.Second, got.Temporal.ConnectTimeout, "one connect timeout for the process")
+	again, err := got.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, got, again, "filled once, the same again")
+	require.Equal(t, set.Postgres.URL, got.Postgres.URL)
+	require.Equal(t, set.Config.BatchSize, got.BatchSize)
+	require.Equal(t, set.OTelEndpoint, got.OTelEndpoint)
 }
 
+// Library errors name the Go field (the CLI maps it to the flag); the
+// process's own errors name their flag.
 func TestConfigWithDefaultsRejects(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -127,20 +126,13 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 		cfg  app.Config
 		want []string
 	}{
-		{"task queue with a space", app.Config{TaskQueue: "my queue"}, []string{"task queue", `"my queue"`}},
-		{"task queue with a slash", app.Config{TaskQueue: "a/b"}, []string{"task queue", `"a/b"`}},
-		{"task queue too long", app.Config{TaskQueue: strings.Repeat("q", 201)}, []string{"task queue"}},
-		{"negative batch size", app.Config{BatchSize: -1}, []string{"batch size"}},
-		{"drift sample too large", app.Config{DriftSample: 1001}, []string{"drift sample 1001", "-1 for no drift check"}},
-		{"drift sample below -1", app.Config{DriftSample: -2}, []string{"drift sample -2"}},
-		{"max blocked refs below -1", app.Config{MaxBlockedRefs: -2}, []string{"max blocked refs -2", "-1 for no bound"}},
-		{"unknown exporter", app.Config{OTelExporter: "zipkin"}, []string{`exporter "zipkin"`, "otlp-grpc"}},
-		{"unknown start mode", app.Config{StartMode: "lazy"}, []string{`start mode "lazy"`, "one-shot", "keep-alive"}},
-		{"unknown source", app.Config{Source: "cdc"}, []string{`source "cdc"`, "poll", "wal"}},
-		{"slot name not an identifier", app.Config{Source: app.SourceWAL, WALSlot: "Ferry-Slot"}, []string{`Config.Slot "Ferry-Slot"`}},
-		{"publication name with a quote", app.Config{WALPublication: `p"x`}, []string{`Config.Publication`}},
-		{"catch-up too often", app.Config{WALCatchUpInterval: time.Millisecond}, []string{"Config.CatchUpInterval"}},
+		{"task queue with a space", app.Config{Config: ferry.Config{TaskQueue: "my queue"}}, []string{"ferry: Config.TaskQueue", `"my queue"`}},
+		{"negative batch size", app.Config{Config: ferry.Config{BatchSize: -1}}, []string{"ferry: Config.BatchSize must be 1 to 10000, got -1"}},
+		{"half an mTLS pair", app.Config{Temporal: ferry.TemporalConfig{TLSCert: "c.pem"}}, []string{"ferry: TemporalConfig.TLSCert and TemporalConfig.TLSKey"}},
+		{"unknown exporter", app.Config{OTelExporter: "zipkin"}, []string{`exporter "zipkin"`, "--otel-exporter"}},
 		{"endpoint not a URL", app.Config{OTelExporter: "otlp-http", OTelEndpoint: "collector:4318"}, []string{`endpoint "collector:4318"`}},
+		{"keys and a key file", app.Config{Temporal: ferry.TemporalConfig{CodecKeys: []string{key32}}, CodecKeyFile: "k"}, []string{"not both"}},
+		{"bad sensitive field", app.Config{SensitiveFields: []string{"order:email"}}, []string{"--sensitive-field (FERRY_SENSITIVE_FIELDS)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,6 +143,21 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// key32 is a codec key (32 zero bytes), for tests that need a valid one.
+const key32 = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+// Validation reads no file: a key file that does not exist passes
+// WithDefaults and fails when the codec is built.
+func TestKeyFileIsReadWhenTheCodecIsBuilt(t *testing.T) {
+	t.Parallel()
+	cfg, err := app.Config{CodecKeyFile: "/nonexistent/keys"}.WithDefaults()
+	require.NoError(t, err)
+	_, err = cfg.Codec()
+	require.ErrorContains(t, err, "--codec-key-file")
+	_, err = cfg.TemporalWithKeys()
+	require.ErrorContains(t, err, "no such file")
 }
 
 // closedPort returns a local port nothing listens on.
@@ -169,12 +176,12 @@ func TestOpenPoolUnreachable(t *testing.T) {
 	defer cancel()
 	port := closedPort(t)
 
-	pool, err := app.OpenPool(ctx, fmt.Sprintf("postgres://u:topsecret@127.0.0.1:%d/db", port))
+	pool, err := ferry.PostgresConfig{URL: fmt.Sprintf("postgres://u:topsecret@127.0.0.1:%d/db", port)}.Open(ctx)
 	require.Nil(t, pool)
 	require.ErrorContains(t, err, "cannot reach PostgreSQL")
 	require.ErrorContains(t, err, fmt.Sprintf("postgres://u:xxxxx@127.0.0.1:%d/db", port))
 	require.NotContains(t, err.Error(), "topsecret")
-	require.ErrorContains(t, err, "FERRY_POSTGRES_URL", "says how to point elsewhere")
+	require.ErrorContains(t, err, "PostgresConfig.URL", "says how to point elsewhere")
 }
 
 // Neither a URL pgx rejects nor a reachable-error message ever shows the
@@ -185,13 +192,13 @@ func TestOpenPoolNeverShowsThePassword(t *testing.T) {
 	tests := []struct {
 		name, url, want string
 	}{
-		{"bad port", "postgres://u:topsecret@127.0.0.1:notaport/db", "is not valid"},
-		{"bad escape", "postgres://u:top%zzsecret@127.0.0.1:5432/db", "is not valid"},
-		{"bad sslmode", "postgres://u:topsecret@127.0.0.1:5432/db?sslmode=bogus", "is not valid"},
-		{"no scheme", "u:topsecret@127.0.0.1:5432/db", "is not valid"},
-		{"key=value, bad sslmode", "host=127.0.0.1 user=u password=topsecret sslmode=bogus", "is not valid"},
+		{"bad port", "postgres://u:topsecret@127.0.0.1:notaport/db", "not a valid PostgreSQL URL"},
+		{"bad escape", "postgres://u:top%zzsecret@127.0.0.1:5432/db", "not a valid PostgreSQL URL"},
+		{"bad sslmode", "postgres://u:topsecret@127.0.0.1:5432/db?sslmode=bogus", "not a valid PostgreSQL URL"},
+		{"no scheme", "u:topsecret@127.0.0.1:5432/db", "not a valid PostgreSQL URL"},
+		{"key=value, bad sslmode", "host=127.0.0.1 user=u password=topsecret sslmode=bogus", "not a valid PostgreSQL URL"},
 		{"key=value, unreachable", fmt.Sprintf("host=127.0.0.1 port=%d user=u password=topsecret dbname=db", port), "cannot reach PostgreSQL"},
-		{"password parameter, bad sslmode", "postgres://127.0.0.1:5432/db?password=topsecret&sslmode=bogus", "is not valid"},
+		{"password parameter, bad sslmode", "postgres://127.0.0.1:5432/db?password=topsecret&sslmode=bogus", "not a valid PostgreSQL URL"},
 		{"password parameter, unreachable", fmt.Sprintf("postgres://u@127.0.0.1:%d/db?password=topsecret", port), "cannot reach PostgreSQL"},
 	}
 	for _, tt := range tests {
@@ -199,7 +206,7 @@ func TestOpenPoolNeverShowsThePassword(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			pool, err := app.OpenPool(ctx, tt.url)
+			pool, err := ferry.PostgresConfig{URL: tt.url}.Open(ctx)
 			require.Nil(t, pool)
 			require.ErrorContains(t, err, tt.want)
 			require.NotContains(t, err.Error(), "topsecret")

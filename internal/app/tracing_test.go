@@ -38,7 +38,7 @@ func TestTracingModuleFlushesOnStop(t *testing.T) {
 
 			var tp trace.TracerProvider
 			a := fx.New(
-				fx.Supply(app.Config{OTelExporter: tt.exporter, OTelEndpoint: srv.URL}),
+				fx.Supply(app.Config{OTelExporter: tt.exporter, OTelEndpoint: srv.URL}.Telemetry()),
 				fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 				app.TracingModule,
 				fx.Populate(&tp),

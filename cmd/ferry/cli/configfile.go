@@ -7,11 +7,10 @@ import (
 	"github.com/ferry-outbox/ferry/cmd/ferry/internal/configfile"
 )
 
-// addConfigFileFlag adds --config and applies the file before any command
-// runs; see package configfile for the format and the precedence.
+// addConfigFileFlag applies the file of --config (a setting of the table,
+// bound with the others) before any command runs; see package configfile
+// for the format and the precedence.
 func addConfigFileFlag(root *cobra.Command, g *globals) {
-	root.PersistentFlags().StringVar(&g.configFile, "config", env("FERRY_CONFIG", ""),
-		"YAML file of settings keyed by flag name; flags and FERRY_* variables override it (FERRY_CONFIG)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if g.configFile == "" {
 			return nil

@@ -51,7 +51,7 @@ dead-lettered messages, lag, queue depth) on /metrics.`,
 				fmt.Fprintf(g.stdout, "consume-example: Prometheus /metrics on http://%s/metrics\n", srv.Addr())
 			}
 			return inventory.Run(cmd.Context(), inventory.Config{
-				PostgresURL: cfg.PostgresURL, AMQPURL: cfg.AMQPURL, Exchange: cfg.Exchange,
+				PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQPURL, Exchange: cfg.Exchange,
 				Queue: queue, Out: g.stdout, ResendEvery: resendEvery, Logger: logger, Redact: red, Metrics: m,
 			})
 		},

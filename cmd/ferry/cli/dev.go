@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/fx"
 
+	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/examples/inventory"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -109,11 +110,11 @@ binary fails here and says what to run instead.`,
 			}
 			defer devCodec.stop()
 
-			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.TemporalAddress, dataDir)
+			fmt.Fprintf(out, "ferry dev: starting embedded Temporal server on %s (state and log in %s)…\n", cfg.Temporal.Address, dataDir)
 			srv, err := dev.StartServer(ctx, DevServerConfig{
 				CodecEndpoint: devCodec.endpoint,
 				DatabasePath:  filepath.Join(dataDir, "temporal.db"),
-				Address:       cfg.TemporalAddress,
+				Address:       cfg.Temporal.Address,
 				UIAddress:     uiAddress,
 				Namespace:     cfg.Namespace,
 				LogFile:       filepath.Join(dataDir, "temporal-server.log"),
@@ -125,7 +126,7 @@ binary fails here and says what to run instead.`,
 				fmt.Fprintln(out, "ferry dev: stopping embedded Temporal server…")
 				_ = srv.Stop()
 			}()
-			cfg.TemporalAddress = srv.FrontendAddress()
+			cfg.Temporal.Address = srv.FrontendAddress()
 			devCodec.serve(srv.UIURL())
 
 			if err := migrate(ctx, cfg, schema.DefaultLockTimeout, out); err != nil {
@@ -168,7 +169,7 @@ binary fails here and says what to run instead.`,
 					dev.RunDemo(demoCtx, Demo{Config: cfg, Logger: logger, Out: out, Every: every, Metrics: consumerMetrics})
 				}()
 			}
-			return serve(ctx, cfg, app.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
+			return serve(ctx, cfg, ferry.Roles{Poller: true, Worker: true}, logger, out, started, fx.Populate(&consumerMetrics))
 		},
 	}
 	f := cmd.Flags()

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/ferry-outbox/ferry/internal/app"
 )
 
 // pingCmd checks, with the process's own configuration and credentials,
@@ -26,17 +24,17 @@ func pingCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ConnectTimeout)
 			defer cancel()
-			pool, err := app.OpenPool(ctx, cfg.PostgresURL)
+			pool, err := cfg.OpenPool(ctx)
 			if err != nil {
 				return err
 			}
 			pool.Close()
-			c, err := app.DialTemporal(ctx, cfg, logger)
+			c, err := cfg.DialTemporal(ctx, logger)
 			if err != nil {
 				return err
 			}
 			c.Close()
-			pub, err := app.OpenPublisher(ctx, cfg)
+			pub, err := cfg.OpenPublisher(ctx)
 			if err != nil {
 				return err
 			}

@@ -10,34 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/redact"
 )
-
-// addPrivacyFlags adds the payload codec's keys and the sensitive fields
-// (README, Privacy).
-func addPrivacyFlags(f *pflag.FlagSet, g *globals) {
-	f.StringArrayVar(&g.cfg.CodecKeys, "codec-key", envCSV("FERRY_CODEC_KEY"),
-		"encrypt what Ferry writes into Temporal with AES-256-GCM: ID:BASE64 or BASE64 of 32 bytes (openssl rand -base64 32); the first encrypts, all decrypt; repeatable or comma-separated (FERRY_CODEC_KEY)")
-	f.StringVar(&g.cfg.CodecKeyFile, "codec-key-file", env("FERRY_CODEC_KEY_FILE", ""),
-		"file of codec keys instead, one per line, the first encrypts (FERRY_CODEC_KEY_FILE)")
-	f.StringArrayVar(&g.cfg.SensitiveFields, "sensitive-field", envCSV("FERRY_SENSITIVE_FIELDS"),
-		"payload field whose values are masked in logs, output and errors: a name (any depth), a dotted path, optionally after <aggregate_type>.<event_type>:; repeatable or comma-separated (FERRY_SENSITIVE_FIELDS)")
-	if fl := f.Lookup("codec-key"); fl != nil && len(g.cfg.CodecKeys) > 0 {
-		fl.DefValue = "[xxxxx]"
-	}
-}
-
-func envCSV(name string) []string {
-	v := env(name, "")
-	if v == "" {
-		return nil
-	}
-	return strings.Split(v, ",")
-}
 
 // codecServerCmd serves the codec to the Temporal UI, which otherwise shows
 // encrypted payloads as ciphertext.

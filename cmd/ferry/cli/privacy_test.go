@@ -55,7 +55,7 @@ func TestCodecKeyFlags(t *testing.T) {
 	out.Reset()
 	errOut.Reset()
 	require.Equal(t, 1, Main([]string{"migrate", "--codec-key", "k2:not-a-key"}, &out, &errOut, nil))
-	require.Contains(t, errOut.String(), "--codec-key (FERRY_CODEC_KEY), key 1: invalid codec key: not base64")
+	require.Contains(t, errOut.String(), "ferry: --codec-key (FERRY_CODEC_KEY) key 1: invalid codec key: not base64")
 	require.NotContains(t, errOut.String(), "not-a-key")
 
 	out.Reset()
@@ -78,8 +78,8 @@ func TestExitErrorIsMasked(t *testing.T) {
 	root, g := newRoot(&bytes.Buffer{}, &bytes.Buffer{}, nil)
 	require.NoError(t, root.PersistentFlags().Parse([]string{"--sensitive-field", "email"}))
 	err := errors.New(`patch rejected: {"email": "ann@example.com", "sku": "A-1"} email=ann@example.com`)
-	require.Equal(t, `patch rejected: {"email": "[redacted]", "sku": "A-1"} email=[redacted]`, g.maskError(err))
+	require.Equal(t, `patch rejected: {"email": "[redacted]", "sku": "A-1"} email=[redacted]`, g.maskError(err.Error()))
 
 	_, off := newRoot(&bytes.Buffer{}, &bytes.Buffer{}, nil)
-	require.Equal(t, err.Error(), off.maskError(err), "no sensitive field named: unchanged")
+	require.Equal(t, err.Error(), off.maskError(err.Error()), "no sensitive field named: unchanged")
 }

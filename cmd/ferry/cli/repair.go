@@ -45,11 +45,11 @@ func (g *globals) connections(ctx context.Context) (app.Config, *pgxpool.Pool, c
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	pool, err := app.OpenPool(cctx, cfg.PostgresURL)
+	pool, err := cfg.OpenPool(cctx)
 	if err != nil {
 		return cfg, nil, nil, nil, err
 	}
-	c, err := app.DialTemporal(cctx, cfg, logger)
+	c, err := cfg.DialTemporal(cctx, logger)
 	if err != nil {
 		pool.Close()
 		return cfg, nil, nil, nil, err
@@ -69,7 +69,7 @@ func setupTemporalCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*cfg.ConnectTimeout)
 			defer cancel()
-			c, err := app.DialTemporal(ctx, cfg, logger)
+			c, err := cfg.DialTemporal(ctx, logger)
 			if err != nil {
 				return err
 			}

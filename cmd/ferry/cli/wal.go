@@ -3,22 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
-	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/walrelay"
 )
-
-// addWALFlags adds the poller's source and the log-tailing relay's names.
-func addWALFlags(f *pflag.FlagSet, g *globals) {
-	f.StringVar(&g.cfg.Source, "source", env("FERRY_SOURCE", app.SourcePoll), "where the poller finds committed events: poll (claim pending rows) or wal (tail the write-ahead log through a logical replication slot; needs wal_level=logical and REPLICATION) (FERRY_SOURCE)")
-	f.StringVar(&g.cfg.WALSlot, "wal-slot", env("FERRY_WAL_SLOT", walrelay.DefaultSlot), "replication slot of --source wal; one per outbox, slots are cluster-wide (FERRY_WAL_SLOT)")
-	f.StringVar(&g.cfg.WALPublication, "wal-publication", env("FERRY_WAL_PUBLICATION", walrelay.DefaultPublication), "publication of --source wal (FERRY_WAL_PUBLICATION)")
-	f.DurationVar(&g.cfg.WALCatchUpInterval, "wal-catch-up-interval", envDuration("FERRY_WAL_CATCH_UP_INTERVAL", 30*time.Second), "--source wal: how often a claim pass delivers rows the stream cannot (FERRY_WAL_CATCH_UP_INTERVAL)")
-}
 
 func walCmd(g *globals) *cobra.Command {
 	wal := &cobra.Command{
@@ -41,7 +30,7 @@ slot. Rows still pending are delivered by ferry poller --source poll.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ConnectTimeout)
 			defer cancel()
-			pool, err := app.OpenPool(ctx, cfg.PostgresURL)
+			pool, err := cfg.OpenPool(ctx)
 			if err != nil {
 				return err
 			}

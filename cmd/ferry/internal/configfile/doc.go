@@ -4,5 +4,6 @@
 //
 // It owns the file's format and the precedence rule. It does not define
 // flags, read the environment's values into them, or validate settings: the
-// command and app.Config do.
+// command defines the flags from internal/settings, and each config's
+// WithDefaults validates.
 package configfile

@@ -1,0 +1,123 @@
+package ferry
+
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/effects"
+	"github.com/ferry-outbox/ferry/effects/email"
+	"github.com/ferry-outbox/ferry/effects/payment"
+	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/walrelay"
+	"github.com/ferry-outbox/ferry/worker"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// The components' configs from a Config that WithDefaults filled and
+// checked: New and the modules build the same components from it.
+
+// newPublisher is the worker's RabbitMQ publisher; it dials on Connect.
+func newPublisher(cfg Config) (*broker.Publisher, error) {
+	return broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
+		MaxMessageBytes: cfg.MaxMessageBytes})
+}
+
+// workerConfig is the worker's configuration over pool, Temporal and the
+// publisher; its activities count into m and mm (either may be nil); tp,
+// when nil, is the global provider (activities' default).
+func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics, mm *metrics.Maintenance, tp trace.TracerProvider) (worker.Config, error) {
+	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, pool, m)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Effects: effectRoutes, Metrics: m,
+		MaintenanceMetrics: mm, Temporal: c, TracerProvider: tp})
+	if err != nil {
+		return worker.Config{}, err
+	}
+	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace,
+		Effects: effectRegistrars, WorkflowTaskPollers: cfg.WorkflowTaskPollers, Workflow: workflowSettings(cfg)}
+	if !cfg.NoSchedules {
+		wc.Schedules = &worker.Schedules{
+			Retention: workflows.RetentionInput{RowAge: cfg.RowRetention, PayloadAge: cfg.PayloadRetention},
+			Reconcile: workflows.ReconcileInput{DriftSample: cfg.DriftSample},
+		}
+	}
+	return wc, nil
+}
+
+// workflowSettings are the aggregate workflow's settings: the worker owns
+// them and hands them to every run at its start (workflows.Settings).
+func workflowSettings(cfg Config) workflows.Settings {
+	return workflows.Settings{
+		IdleTimeout:      cfg.IdleTimeout,
+		PublishBatchSize: cfg.PublishBatchSize,
+		MaxBlockedRefs:   cfg.MaxBlockedRefs,
+		Policies:         cfg.Policies,
+	}
+}
+
+// pollerConfig is the poller's configuration over pool and Temporal. Its
+// signal window follows the idle timeout the workers give their runs.
+func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) poller.Config {
+	return poller.Config{
+		Pool:         pool,
+		Temporal:     c,
+		TaskQueue:    cfg.TaskQueue,
+		BatchSize:    cfg.BatchSize,
+		Lease:        cfg.Lease,
+		PollInterval: cfg.PollInterval,
+		SignalWindow: cfg.IdleTimeout,
+		StartMode:    cfg.StartMode,
+		Logger:       logger,
+	}
+}
+
+// walConfig is the log-tailing relay's settings, without its dependencies.
+func walConfig(cfg Config) walrelay.Config {
+	return walrelay.Config{Slot: cfg.WALSlot, Publication: cfg.WALPublication, CatchUpInterval: cfg.WALCatchUpInterval}
+}
+
+// workerEffects builds what the worker needs for the configured effects:
+// the routes (activities.Config.Effects) and the registrars of the effect
+// workflows and activities (worker.Config.Effects). Without routes both
+// are nil. cfg was filled and checked by Config.WithDefaults.
+func workerEffects(cfg EffectsConfig, pool *pgxpool.Pool, m *metrics.Metrics) (func(string, string) []workflows.EffectStart, []worker.Registrar, error) {
+	if len(cfg.Routes) == 0 {
+		return nil, nil, nil
+	}
+	router, err := cfg.router()
+	if err != nil {
+		return nil, nil, err
+	}
+	regs := []worker.Registrar{effects.Workflows{}}
+	if cfg.PaymentsURL != "" {
+		c, err := payment.New(payment.Config{BaseURL: cfg.PaymentsURL, APIKey: cfg.PaymentsAPIKey, Timeout: cfg.PaymentsTimeout})
+		if err != nil {
+			return nil, nil, err
+		}
+		acts, err := payment.NewActivities(payment.ActivitiesConfig{Client: c, Pool: pool, Metrics: m, AmountField: cfg.PaymentAmountField})
+		if err != nil {
+			return nil, nil, err
+		}
+		regs = append(regs, acts)
+	}
+	if cfg.SMTPAddress != "" {
+		acts, err := email.NewActivities(email.Config{Pool: pool, SMTPAddress: cfg.SMTPAddress, From: cfg.SMTPFrom, Ambiguous: cfg.EmailAmbiguous, Metrics: m})
+		if err != nil {
+			return nil, nil, err
+		}
+		regs = append(regs, acts)
+	}
+	return router.For, regs, nil
+}
