@@ -7,6 +7,10 @@ BIN           := bin
 TOOLS         := $(BIN)/tools
 # Pinned tool versions: bump deliberately, never @latest.
 WORKFLOWCHECK_VERSION := v0.6.0
+# Temporal's CLI, for the test that runs the docs' `temporal` commands (the
+# test checks the binary's version against the same pin).
+TEMPORAL_CLI_VERSION  := v1.5.1
+TEMPORAL_CLI          := $(TOOLS)/temporal-$(TEMPORAL_CLI_VERSION)/temporal
 
 # Four modules, each built on its own go.mod; replace directives point them at
 # this tree (no go.work: each module's tests then run on exactly the versions
@@ -48,14 +52,14 @@ build-dev:
 	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
 
 .PHONY: test
-test: browser vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
+test: browser temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
 	cd cmd/ferry && $(GO) test -race -count=1 ./...
 	cd examples/orders && $(GO) test -race -count=1 ./...
 	cd dev && $(GO) test -race -count=1 $(DEV_RACE_PKGS)
 	@mkdir -p test-output
-	cd dev && $(GO) test -tags failpoints -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(DEV_SERVER_PKGS)
+	cd dev && FERRY_TEMPORAL_CLI=$(abspath $(TEMPORAL_CLI)) $(GO) test -tags failpoints -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(DEV_SERVER_PKGS)
 	@echo "screenshots and other test artifacts: test-output/_artifacts/"
 
 # The long fault runs are built only with the faults tag: without it they are
@@ -90,6 +94,13 @@ browser: ## Install headless Chromium (Debian package) for the UI test, if missi
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  echo "installing chromium for the UI test (apt-get)…"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+.PHONY: temporal-cli
+temporal-cli: $(TEMPORAL_CLI) ## Build Temporal's CLI (pinned) for the CLI test, if missing (the first build compiles a Temporal server: minutes)
+
+$(TEMPORAL_CLI):
+	@mkdir -p $(dir $@)
+	GOBIN=$(abspath $(dir $@)) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
 .PHONY: check
 check: lint test ## lint + test (what CI runs)

@@ -165,6 +165,12 @@ func (c TemporalConfig) Codec() (*codec.Codec, error) {
 // caller closes the client; workers built on it share its codec and its
 // interceptors.
 func (c TemporalConfig) Dial(ctx context.Context, logger *slog.Logger, interceptors ...interceptor.ClientInterceptor) (client.Client, error) {
+	return c.dial(ctx, logger, nil, interceptors...)
+}
+
+// dial is Dial with a handler for the Temporal SDK's metrics (nil: none),
+// which workers built on the client share.
+func (c TemporalConfig) dial(ctx context.Context, logger *slog.Logger, mh client.MetricsHandler, interceptors ...interceptor.ClientInterceptor) (client.Client, error) {
 	c, err := c.WithDefaults()
 	if err != nil {
 		return nil, err
@@ -182,6 +188,7 @@ func (c TemporalConfig) Dial(ctx context.Context, logger *slog.Logger, intercept
 		ConnectionOptions: conn,
 		Credentials:       creds,
 		Interceptors:      interceptors,
+		MetricsHandler:    mh,
 	}
 	cdc, err := c.Codec()
 	if err != nil {

@@ -67,7 +67,9 @@ var (
 	// into, and the outbox collector (backlog, oldest age, table size; see
 	// docs/operating.md). With a prometheus.Registerer in the graph they go
 	// there and your service's /metrics serves them; without one they count
-	// into a registry nobody serves. Needs a *pgxpool.Pool.
+	// into a registry nobody serves. With a Registerer and Temporal in the
+	// graph, the Temporal SDK's client and worker metrics (temporal_*) go
+	// to the same registry. Needs a *pgxpool.Pool.
 	Metrics = fx.Module("ferry.metrics", fx.Provide(newMetrics))
 )
 
@@ -122,6 +124,9 @@ type temporalDeps struct {
 
 	Shared shared
 	Config TemporalConfig `optional:"true"`
+	// SDKMetrics is Metrics'; without it the client records none of the
+	// Temporal SDK's metrics.
+	SDKMetrics sdkMetrics `optional:"true"`
 }
 
 // newTemporalClient dials Temporal with the tracing interceptor, so that
@@ -133,7 +138,7 @@ func newTemporalClient(d temporalDeps) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := d.Config.Dial(context.Background(), logger(d.Shared.Logger), i)
+	c, err := d.Config.dial(context.Background(), logger(d.Shared.Logger), d.SDKMetrics.handler, i)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +246,15 @@ type metricsOut struct {
 	Metrics     *metrics.Metrics
 	Maintenance *metrics.Maintenance
 	Consumer    *metrics.Consumer
+	// SDK records the Temporal SDK's metrics on the same registry, through
+	// the client Temporal dials; none without a Registerer in the graph.
+	SDK sdkMetrics
 }
+
+// sdkMetrics carries the Temporal SDK's metrics handler from Metrics to
+// Temporal: a type of Ferry's own, so that it never meets a
+// client.MetricsHandler of the service's in the graph.
+type sdkMetrics struct{ handler client.MetricsHandler }
 
 func newMetrics(d metricsDeps) (metricsOut, error) {
 	var out metricsOut
@@ -271,6 +284,18 @@ func newMetrics(d metricsDeps) (metricsOut, error) {
 			return out, fmt.Errorf("consumer metrics are already registered on your prometheus.Registerer: with ferry.Metrics in the graph, take its *metrics.Consumer from the graph instead of calling metrics.NewConsumer: %w", err)
 		}
 		return out, err
+	}
+	// The SDK's client and worker metrics (temporal_*) go on the same
+	// registry when there is one to serve them. The provider stops after
+	// the client closes (the client, built later, stops first).
+	if d.Registerer != nil {
+		h, shutdown, err := telemetry.TemporalMetrics(t)
+		if err != nil {
+			t.unregisterAll()
+			return out, err
+		}
+		out.SDK = sdkMetrics{h}
+		d.Lifecycle.Append(fx.StopHook(shutdown))
 	}
 	d.Lifecycle.Append(fx.StopHook(t.unregisterAll))
 	return out, nil

@@ -3,6 +3,8 @@ package ferry_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -53,14 +55,52 @@ func ferryMetricNames(t *testing.T) []string {
 	return d.names
 }
 
-var metricRef = regexp.MustCompile(`\bferry_[a-z_]+`)
+// sdkMetricNames are the Temporal SDK's metric names as Ferry's /metrics
+// serves them, read from the SDK's own definitions in the module cache
+// (internal/common/metrics/constants.go): counters and gauges as defined,
+// timers (..._latency) as histograms in seconds, ..._latency_seconds (see
+// telemetry.TemporalMetrics). With them, ferry_repair_rejected, which the
+// aggregate workflow emits through the SDK's metrics handler.
+func sdkMetricNames(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "go.temporal.io/sdk").Output()
+	require.NoError(t, err, "find the Temporal SDK's source")
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "internal", "common", "metrics", "constants.go"))
+	require.NoError(t, err)
+	// NAME = "literal" or NAME = OTHER + "suffix", in the metric keys block.
+	def := regexp.MustCompile(`(?m)^\s*(\w+)\s*=\s*(?:(\w+)\s*\+\s*)?"([^"]*)"`)
+	values := map[string]string{}
+	var names []string
+	for _, m := range def.FindAllStringSubmatch(string(src), -1) {
+		v := m[3]
+		if m[2] != "" {
+			prefix, ok := values[m[2]]
+			if !ok {
+				continue
+			}
+			v = prefix + v
+		}
+		values[m[1]] = v
+		if strings.HasPrefix(v, "temporal_") && v != "temporal_" {
+			if strings.HasSuffix(v, "_latency") {
+				v += "_seconds"
+			}
+			names = append(names, v)
+		}
+	}
+	require.Contains(t, names, "temporal_workflow_task_schedule_to_start_latency_seconds", "the SDK's definitions parsed")
+	require.Contains(t, names, "temporal_request_failure")
+	return append(names, "ferry_repair_rejected")
+}
 
-// requireKnownMetrics fails when expr names a metric Ferry does not export
-// (histogram series end in _bucket, _sum or _count).
+var metricRef = regexp.MustCompile(`\b(?:ferry|temporal)_[a-z_]+`)
+
+// requireKnownMetrics fails when expr names a metric Ferry's /metrics does
+// not serve (histogram series end in _bucket, _sum or _count).
 func requireKnownMetrics(t *testing.T, where, expr string, known []string) {
 	t.Helper()
 	refs := metricRef.FindAllString(expr, -1)
-	require.NotEmpty(t, refs, "%s: %q uses no Ferry metric", where, expr)
+	require.NotEmpty(t, refs, "%s: %q uses no metric of Ferry's or of the Temporal SDK's", where, expr)
 	for _, ref := range refs {
 		base := ref
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
@@ -74,7 +114,7 @@ func requireKnownMetrics(t *testing.T, where, expr string, known []string) {
 
 func TestAlertRulesUseFerryMetricsAndAge(t *testing.T) {
 	t.Parallel()
-	known := ferryMetricNames(t)
+	known := append(ferryMetricNames(t), sdkMetricNames(t)...)
 	raw, err := os.ReadFile("deploy/prometheus/ferry-alerts.yml")
 	require.NoError(t, err)
 	var rules struct {
@@ -90,7 +130,7 @@ func TestAlertRulesUseFerryMetricsAndAge(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal(raw, &rules))
 	require.NotEmpty(t, rules.Groups)
-	ageBased := false
+	ageBased, scheduleToStart := false, false
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			require.NotEmpty(t, r.Alert)
@@ -98,14 +138,16 @@ func TestAlertRulesUseFerryMetricsAndAge(t *testing.T) {
 			require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], "alert %s", r.Alert)
 			requireKnownMetrics(t, "alert "+r.Alert, r.Expr, known)
 			ageBased = ageBased || strings.Contains(r.Expr, "ferry_outbox_oldest_age_seconds")
+			scheduleToStart = scheduleToStart || strings.Contains(r.Expr, "temporal_workflow_task_schedule_to_start_latency_seconds_bucket")
 		}
 	}
 	require.True(t, ageBased, "a backlog alert on age, not only depth")
+	require.True(t, scheduleToStart, "an alert on the workers' workflow task schedule-to-start latency")
 }
 
 func TestGrafanaDashboardParses(t *testing.T) {
 	t.Parallel()
-	known := ferryMetricNames(t)
+	known := append(ferryMetricNames(t), sdkMetricNames(t)...)
 	raw, err := os.ReadFile("deploy/grafana/ferry-dashboard.json")
 	require.NoError(t, err)
 	var dash struct {
@@ -113,6 +155,7 @@ func TestGrafanaDashboardParses(t *testing.T) {
 		UID    string `json:"uid"`
 		Panels []struct {
 			Title   string `json:"title"`
+			Type    string `json:"type"`
 			Targets []struct {
 				Expr string `json:"expr"`
 			} `json:"targets"`
@@ -121,10 +164,21 @@ func TestGrafanaDashboardParses(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &dash))
 	require.NotEmpty(t, dash.UID)
 	require.GreaterOrEqual(t, len(dash.Panels), 5)
+	var exprs []string
 	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			continue
+		}
 		require.NotEmpty(t, p.Targets, "panel %q", p.Title)
 		for _, tg := range p.Targets {
 			requireKnownMetrics(t, "panel "+p.Title, tg.Expr, known)
+			exprs = append(exprs, tg.Expr)
 		}
+	}
+	// The Temporal worker panels that matter for a Ferry worker.
+	all := strings.Join(exprs, "\n")
+	for _, m := range []string{"temporal_workflow_task_schedule_to_start_latency_seconds_bucket", "temporal_activity_schedule_to_start_latency_seconds_bucket",
+		"temporal_workflow_task_queue_poll_succeed", "temporal_sticky_cache_hit", "temporal_workflow_task_execution_failed", "temporal_activity_execution_failed"} {
+		require.Contains(t, all, m, "a panel over %s", m)
 	}
 }

@@ -36,10 +36,22 @@ var retryWithoutLimit = &temporal.RetryPolicy{
 	MaximumInterval:    30 * time.Second,
 }
 
+// cursorOptions: LoadCursorActivity is retried until PostgreSQL answers.
+// The ScheduleToCloseTimeout must be set: a local activity's defaults to its
+// StartToCloseTimeout (the SDK's rule), which ended the retries after 10 s
+// of an outage and failed the run, leaving its events dispatched in
+// PostgreSQL and held by no run (the next run waited for them for ever).
 var cursorOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy:         retryWithoutLimit,
+	StartToCloseTimeout:    10 * time.Second,
+	ScheduleToCloseTimeout: localRetryWithoutLimit,
+	RetryPolicy:            retryWithoutLimit,
 }
+
+// localRetryWithoutLimit is the ScheduleToCloseTimeout of a local activity
+// that is retried without limit: a year, in effect none. (Zero would mean
+// StartToCloseTimeout.) Changing it changes no command a recorded history
+// holds, so recorded histories replay.
+const localRetryWithoutLimit = 365 * 24 * time.Hour
 
 // fastPathOptions: one attempt. A failed batch falls back to PublishEvent
 // for its first event, whose attempts the policy bounds and the UI shows.

@@ -35,6 +35,9 @@ type fakeActivities struct {
 	// (LoadCursor) instead of LoadCursor's own activity.
 	batchCursorReads int
 	regular          []int64 // versions of each regular-path attempt
+	// cursorDown is how many LoadCursor attempts fail first, as while
+	// PostgreSQL is down.
+	cursorDown int
 
 	// settings are what the worker answers a run that asks (Revision2);
 	// asked counts the calls that asked.
@@ -118,6 +121,10 @@ func (f *fakeActivities) LoadCursor(_ context.Context, in workflows.CursorInput)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cursorCalls = append(f.cursorCalls, in)
+	if f.cursorDown > 0 {
+		f.cursorDown--
+		return workflows.CursorResult{}, errors.New("load cursor: dial tcp: connect: connection refused (fake)")
+	}
 	res := workflows.CursorResult{Delivered: f.delivered}
 	if in.Settings {
 		res.Settings = f.answer()
@@ -704,6 +711,23 @@ func TestOneShotFirstBatchFails(t *testing.T) {
 	require.Equal(t, []int64{1, 2}, b.fakes.publishedVersions())
 	require.Len(t, b.fakes.cursorCalls, 1)
 	require.Equal(t, []int64{1, 1}, b.fakes.regular, "a failed regular attempt and a good one")
+}
+
+// PostgreSQL goes down as a one-shot run starts: its first batch fails,
+// and reading the cursor fails for a minute (attempts at 0, 1, 3, 7, 15,
+// 31 s fail, the one at 61 s answers). The run waits it out and publishes
+// its events; it does not fail, which would leave them dispatched in
+// PostgreSQL and held by no run.
+func TestOneShotOutlastsPostgresOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.fakes.failures[1] = 1
+	b.fakes.cursorDown = 6
+	took := b.run(oneShotInput(1, 2))
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2}, b.fakes.publishedVersions())
+	require.Len(t, b.fakes.cursorCalls, 7)
+	require.GreaterOrEqual(t, took, time.Minute, "the cursor answered before the outage ended")
 }
 
 // A keep-alive run of the current revision (Signal-With-Start) also takes

@@ -583,6 +583,11 @@ func (c *checker) check(timeout time.Duration) report {
 		time.Sleep(200 * time.Millisecond)
 	}
 	drained := time.Since(start)
+	diagnosis := ""
+	if timedOut {
+		// Read where the missing events are before the tap stops.
+		diagnosis = c.diagnose(want)
+	}
 	if !timedOut {
 		// Late copies (a publish repeated after a lost mark) still count.
 		time.Sleep(time.Second)
@@ -610,6 +615,10 @@ func (c *checker) check(timeout time.Duration) report {
 	r.Drained, r.TimedOut = drained, timedOut
 	t.Log("\n" + r.table(t.Name()))
 	if f := r.failures(); len(f) > 0 {
+		if diagnosis == "" {
+			diagnosis = c.diagnose(want)
+		}
+		t.Log("\n" + diagnosis)
 		t.Errorf("the delivery contract broke: %s", strings.Join(f, ", "))
 	}
 	return r

@@ -128,9 +128,7 @@ func TestRunServesMetrics(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	c := e.startProcess(t, "run", "FERRY_METRICS_ADDRESS=127.0.0.1:0")
-	addr := regexp.MustCompile(`ferry: Prometheus /metrics on http://([0-9.:]+)/metrics`)
-	waitFor(t, 60*time.Second, "the /metrics address on ferry run's output", func() bool { return addr.MatchString(c.out.String()) })
-	url := "http://" + addr.FindStringSubmatch(c.out.String())[1] + "/metrics"
+	url := metricsURL(t, c)
 
 	e.commitN(t, 4, 2)
 	e.br.Collect(t, 4, time.Minute)

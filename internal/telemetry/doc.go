@@ -1,7 +1,9 @@
 // Package telemetry sets up Ferry's OpenTelemetry tracing: the tracer
 // provider and its OTLP exporter (off by default), Temporal's tracing
 // interceptor, and the rule that joins an outbox row's stored trace context
-// to the spans around its delivery.
+// to the spans around its delivery. It also bridges the Temporal SDK's own
+// metrics to a Prometheus registry (TemporalMetrics); Ferry's own metrics
+// are not its business.
 //
 // It starts no spans of its own: the poller (ferry.dispatch), the publish
 // activity (ferry.publish), the consumer (ferry.consume) and Temporal's
