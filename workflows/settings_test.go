@@ -141,3 +141,28 @@ func TestRevision2BlockedRefsFromWorker(t *testing.T) {
 	}
 	require.Equal(t, ids(3, 4, 5), held, "events beyond the worker's bound were handed back")
 }
+
+// A fresh run of Revision2 whose first batch fails while PostgreSQL is
+// down keeps asking with the cursor read until it answers, settings
+// included.
+func TestRevision2CursorReadOutlastsAnOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.fakes.settings = workflows.Settings{IdleTimeout: 5 * time.Second}
+	b.fakes.failures[1] = 1
+	b.fakes.cursorDown = 6
+	in := r2Input()
+	in.OneShot = true
+	in.Pending = evs(1, 2)
+	took := b.run(in)
+	b.requireCompleted(t)
+	require.Equal(t, []int64{1, 2}, b.fakes.publishedVersions())
+	require.Len(t, b.fakes.cursorCalls, 7)
+	for _, c := range b.fakes.cursorCalls {
+		require.True(t, c.Settings, "every attempt asks")
+	}
+	// The failed batch's answer went with its error; the cursor read's is
+	// the one the run took.
+	require.Equal(t, 2, b.fakes.asked)
+	require.GreaterOrEqual(t, took, time.Minute, "the cursor answered before the outage ended")
+}
