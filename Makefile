@@ -54,18 +54,21 @@ build-dev:
 .PHONY: test
 test: browser temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
 	cd cmd/ferry && $(GO) test -race -count=1 ./...
 	cd examples/orders && $(GO) test -race -count=1 ./...
 	cd dev && $(GO) test -race -count=1 $(DEV_RACE_PKGS)
 	@mkdir -p test-output
-	cd dev && FERRY_TEMPORAL_CLI=$(abspath $(TEMPORAL_CLI)) $(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(DEV_SERVER_PKGS)
+	cd dev && FERRY_TEMPORAL_CLI=$(abspath $(TEMPORAL_CLI)) $(GO) test -tags failpoints -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(DEV_SERVER_PKGS)
 	@echo "screenshots and other test artifacts: test-output/_artifacts/"
 
 # The long fault runs are built only with the faults tag: without it they are
-# not in the test binary. Figures go to the -v output.
+# not in the test binary. Figures go to the -v output. Failpoints
+# (internal/failpoint) work only in builds with the failpoints tag, which
+# every e2e run here sets.
 .PHONY: test-faults
 test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000), faults against a Temporal cluster of processes (FERRY_FAULTS_DURATION): ~45 min
-	cd dev && $(GO) test -tags faults -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
+	cd dev && $(GO) test -tags faults,failpoints -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
 # The benchmark measures bin/ferry (the production binary) as built from this
 # tree, so both targets build it first. BENCH_FLAGS adds flags (ferry-bench -h lists them), e.g.
@@ -110,12 +113,15 @@ lint: $(TOOLS)/workflowcheck vet ## gofmt, go mod tidy and go vet (every module)
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $$m are not tidy: cd $$m && go mod tidy"; exit 1; }; done
 	$(TOOLS)/workflowcheck ./workflows/... ./effects/...
 
-# go vet in every module, and the dev module with the faults tag (the long
-# fault runs are built only with it).
+# go vet in every module, the failpoints build of the packages that have
+# crash points, and the dev module with the faults and failpoints tags (the
+# long fault runs are built only with the first, crash points only with the
+# second).
 .PHONY: vet
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
-	cd dev && $(GO) vet -tags faults ./...
+	$(GO) vet -tags failpoints ./internal/failpoint/ ./poller/ ./activities/
+	cd dev && $(GO) vet -tags faults,failpoints ./...
 
 # go mod download in every module (CI, on a clean clone).
 .PHONY: download

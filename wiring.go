@@ -46,7 +46,7 @@ func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.P
 		return worker.Config{}, err
 	}
 	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace,
-		Effects: effectRegistrars, WorkflowTaskPollers: cfg.WorkflowTaskPollers}
+		Effects: effectRegistrars, WorkflowTaskPollers: cfg.WorkflowTaskPollers, Workflow: workflowSettings(cfg)}
 	if !cfg.NoSchedules {
 		wc.Schedules = &worker.Schedules{
 			Retention: workflows.RetentionInput{RowAge: cfg.RowRetention, PayloadAge: cfg.PayloadRetention},
@@ -56,11 +56,19 @@ func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.P
 	return wc, nil
 }
 
-// pollerConfig is the poller's configuration over pool and Temporal.
-//
-// PublishBatchSize, IdleTimeout, Policies and MaxBlockedRefs are read by
-// the aggregate workflow; until the worker hands them to workflows itself
-// they ride in the poller's start input.
+// workflowSettings are the aggregate workflow's settings: the worker owns
+// them and hands them to every run at its start (workflows.Settings).
+func workflowSettings(cfg Config) workflows.Settings {
+	return workflows.Settings{
+		IdleTimeout:      cfg.IdleTimeout,
+		PublishBatchSize: cfg.PublishBatchSize,
+		MaxBlockedRefs:   cfg.MaxBlockedRefs,
+		Policies:         cfg.Policies,
+	}
+}
+
+// pollerConfig is the poller's configuration over pool and Temporal. Its
+// signal window follows the idle timeout the workers give their runs.
 func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) poller.Config {
 	return poller.Config{
 		Pool:         pool,
@@ -69,13 +77,9 @@ func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		BatchSize:    cfg.BatchSize,
 		Lease:        cfg.Lease,
 		PollInterval: cfg.PollInterval,
-		IdleTimeout:  cfg.IdleTimeout,
+		SignalWindow: cfg.IdleTimeout,
 		StartMode:    cfg.StartMode,
-		Policies:     cfg.Policies,
 		Logger:       logger,
-
-		PublishBatchSize: cfg.PublishBatchSize,
-		MaxBlockedRefs:   cfg.MaxBlockedRefs,
 	}
 }
 

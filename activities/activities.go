@@ -1,50 +1,29 @@
 package activities
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"strings"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-	amqp "github.com/rabbitmq/amqp091-go"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/failpoint"
-	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// AMQP headers set on every message. Consumers read the ordering and schema
-// information from them; the event id is the message_id property.
-const (
-	HeaderAggregateType    = "ferry-aggregate-type"
-	HeaderAggregateID      = "ferry-aggregate-id"
-	HeaderAggregateVersion = "ferry-aggregate-version"
-	HeaderSchemaVersion    = "ferry-schema-version"
-	HeaderTraceParent      = "traceparent"
-	HeaderTraceState       = "tracestate"
-)
-
-// Config configures Activities.
+// Config configures the whole set of Ferry's activities (New); each
+// concern takes only its part (PublishConfig, RepairConfig,
+// MaintenanceConfig).
 type Config struct {
 	// Pool reaches the outbox tables. Required.
 	Pool *pgxpool.Pool
 	// Publisher sends to RabbitMQ. Required.
 	Publisher *broker.Publisher
-	// Metrics counts quarantines and repairs; nil counts nothing.
+	// Metrics counts publishes, quarantines and repairs; nil counts
+	// nothing.
 	Metrics *metrics.Metrics
 	// MaintenanceMetrics counts retention and reconciler work; nil counts
 	// nothing.
@@ -52,8 +31,9 @@ type Config struct {
 	// TracerProvider starts the publish span. Default: the global provider
 	// (otel.GetTracerProvider(); a no-op until one is set).
 	TracerProvider trace.TracerProvider
-	// Temporal lets the reconciler ask whether an aggregate's workflow
-	// runs. Without it the reconcile activity fails (non-retryable).
+	// Temporal lets the reconciler and the drift check ask about an
+	// aggregate's workflow. Without it those activities fail
+	// (non-retryable).
 	Temporal client.Client
 	// RoutingKey builds a message's routing key. Default
 	// "<aggregate_type>.<event_type>".
@@ -63,20 +43,15 @@ type Config struct {
 	Effects func(aggregateType, eventType string) []workflows.EffectStart
 }
 
-// Activities are the aggregate workflow's activities.
+// Activities is the set a worker hosts: the aggregate workflow's publish
+// path, its quarantine and repair path, and the scheduled maintenance.
 type Activities struct {
-	pool       *pgxpool.Pool
-	pub        *broker.Publisher
-	routingKey func(aggregateType, eventType string) string
-	metrics    *metrics.Metrics
-	effects    func(aggregateType, eventType string) []workflows.EffectStart
-
-	maintenance *metrics.Maintenance
-	temporal    client.Client
-	tracer      trace.Tracer
+	Publish     *Publish
+	Repair      *Repair
+	Maintenance *Maintenance
 }
 
-// New validates cfg.
+// New validates cfg and builds the three parts.
 func New(cfg Config) (*Activities, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: Config.Pool is nil")
@@ -84,24 +59,21 @@ func New(cfg Config) (*Activities, error) {
 	if cfg.Publisher == nil {
 		return nil, errors.New("activities: Config.Publisher is nil")
 	}
-	if cfg.RoutingKey == nil {
-		cfg.RoutingKey = DefaultRoutingKey
+	p, err := NewPublish(PublishConfig{Pool: cfg.Pool, Publisher: cfg.Publisher, Metrics: cfg.Metrics.Relay(),
+		TracerProvider: cfg.TracerProvider, RoutingKey: cfg.RoutingKey, Effects: cfg.Effects})
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Effects == nil {
-		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
+	r, err := NewRepair(RepairConfig{Pool: cfg.Pool, Publisher: cfg.Publisher, Metrics: cfg.Metrics,
+		TracerProvider: cfg.TracerProvider, RoutingKey: cfg.RoutingKey})
+	if err != nil {
+		return nil, err
 	}
-	tp := cfg.TracerProvider
-	if tp == nil {
-		tp = otel.GetTracerProvider()
+	m, err := NewMaintenance(MaintenanceConfig{Pool: cfg.Pool, Temporal: cfg.Temporal, Metrics: cfg.MaintenanceMetrics})
+	if err != nil {
+		return nil, err
 	}
-	return &Activities{pool: cfg.Pool, pub: cfg.Publisher, routingKey: cfg.RoutingKey, metrics: cfg.Metrics, effects: cfg.Effects,
-		maintenance: cfg.MaintenanceMetrics, temporal: cfg.Temporal,
-		tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}, nil
-}
-
-// DefaultRoutingKey is "<aggregate_type>.<event_type>".
-func DefaultRoutingKey(aggregateType, eventType string) string {
-	return aggregateType + "." + eventType
+	return &Activities{Publish: p, Repair: r, Maintenance: m}, nil
 }
 
 // Registry is the part of a Temporal worker that Register needs.
@@ -109,18 +81,17 @@ type Registry interface {
 	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
 }
 
-// Register registers the activities under their wire names.
-func (a *Activities) Register(r Registry) {
-	r.RegisterActivityWithOptions(a.PublishEvent, activity.RegisterOptions{Name: workflows.PublishEventActivity})
-	r.RegisterActivityWithOptions(a.LoadAggregateCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
-	r.RegisterActivityWithOptions(a.PublishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
-	r.RegisterActivityWithOptions(a.QuarantineEvent, activity.RegisterOptions{Name: workflows.QuarantineActivity})
-	r.RegisterActivityWithOptions(a.ApplyRepair, activity.RegisterOptions{Name: workflows.RepairActivity})
-	r.RegisterActivityWithOptions(a.ReplayEvent, activity.RegisterOptions{Name: workflows.ReplayActivity})
-	r.RegisterActivityWithOptions(a.HoldEvents, activity.RegisterOptions{Name: workflows.HoldEventsActivity})
-	r.RegisterActivityWithOptions(a.ReleaseHeld, activity.RegisterOptions{Name: workflows.ReleaseHeldActivity})
-	r.RegisterActivityWithOptions(a.PurgeOutbox, activity.RegisterOptions{Name: workflows.PurgeActivity})
-	r.RegisterActivityWithOptions(a.ReconcileDispatches, activity.RegisterOptions{Name: workflows.ReconcileActivity})
+// Register registers every activity of the set under its wire name; the
+// publish activities answer runs with settings (Publish.Register).
+func (a *Activities) Register(r Registry, settings workflows.Settings) {
+	a.Publish.Register(r, settings)
+	a.Repair.Register(r)
+	a.Maintenance.Register(r)
+}
+
+// DefaultRoutingKey is "<aggregate_type>.<event_type>".
+func DefaultRoutingKey(aggregateType, eventType string) string {
+	return aggregateType + "." + eventType
 }
 
 // Error types of non-retryable or classified application errors.
@@ -137,209 +108,3 @@ const (
 	// Non-retryable: the broker refuses it again.
 	ErrTypeRefused = "MessageRefused"
 )
-
-// rowColumns are what a publish reads of an outbox row, in the order of
-// row.fields.
-const rowColumns = `aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status`
-
-const sqlLoadEvent = `SELECT ` + rowColumns + ` FROM outbox_events WHERE id = $1`
-
-// sqlMarkPublished runs only after the broker's confirm. Advancing
-// delivered_version is what lets a later run of the workflow resume after
-// this event; GREATEST keeps a late, repeated attempt from moving it back.
-const sqlMarkPublished = `
-WITH ev AS (
-    UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL
-    WHERE id = $1
-    RETURNING aggregate_type, aggregate_id, aggregate_version
-)
-UPDATE outbox_aggregates a
-SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
-FROM ev
-WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
-
-// sqlNoteError keeps the latest failure on the row for operators; the
-// attempt history itself is in Temporal.
-const sqlNoteError = `UPDATE outbox_events SET last_error = $2 WHERE id = $1 AND status <> 'published'`
-
-const sqlLoadCursor = `
-SELECT delivered_version FROM outbox_aggregates
-WHERE aggregate_type = $1 AND aggregate_id = $2`
-
-// PublishEvent publishes one outbox event with a publisher confirm, then
-// marks it published. A retry after a successful confirm whose mark was lost
-// publishes again: delivery is at-least-once and consumers deduplicate by
-// message id.
-func (a *Activities) PublishEvent(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
-	ev, err := a.load(ctx, in.EventID)
-	if err != nil {
-		return workflows.PublishResult{}, err
-	}
-	if ev.aggType != in.AggregateType || ev.aggID != in.AggregateID || ev.version != in.Version {
-		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("event %s is %s/%s v%d in outbox_events, but was signalled as %s/%s v%d",
-				in.EventID, ev.aggType, ev.aggID, ev.version, in.AggregateType, in.AggregateID, in.Version), ErrTypeMismatch, nil)
-	}
-	effects := a.effects(ev.aggType, ev.eventType)
-	if ev.status == "published" {
-		return workflows.PublishResult{AlreadyPublished: true, Effects: effects}, nil
-	}
-	if err := a.send(ctx, in.EventID, ev); err != nil {
-		a.noteError(ctx, in.EventID, err)
-		var appErr *temporal.ApplicationError
-		if errors.As(err, &appErr) {
-			a.metrics.Relay().PublishFailed(appErr.Type())
-		}
-		return workflows.PublishResult{}, err
-	}
-	failpoint.Inject("worker.after-confirm")
-	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
-		a.metrics.Relay().PublishFailed("MarkPublished")
-		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
-	}
-	a.metrics.Relay().Published(ev.aggType, ev.createdAt)
-	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
-	return workflows.PublishResult{Effects: effects}, nil
-}
-
-// load reads an outbox row, classifying a row that cannot exist as
-// non-retryable.
-func (a *Activities) load(ctx context.Context, id string) (row, error) {
-	var ev row
-	err := a.pool.QueryRow(ctx, sqlLoadEvent, id).Scan(ev.fields()...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ev, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", id), ErrTypeEventMissing, nil)
-	}
-	// invalid_text_representation: the id is no UUID, so no row can ever
-	// match. Retrying would block the aggregate forever.
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "22P02" {
-		return ev, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("event id %q is not a UUID, so it is not in outbox_events", id), ErrTypeEventMissing, err)
-	}
-	if err != nil {
-		return ev, fmt.Errorf("load event %s: %w", id, err)
-	}
-	return ev, nil
-}
-
-// send publishes the row as an AMQP message and waits for the confirm,
-// classifying failures by ErrType.
-func (a *Activities) send(ctx context.Context, id string, ev row) error {
-	msg, span := a.message(ctx, id, ev)
-	defer span.End()
-	err := a.pub.Publish(ctx, msg)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	return classifyPublish(err)
-}
-
-// message builds the AMQP message of a row and starts its producer span,
-// a child of the trace stored with the row, whose context travels in the
-// headers: the consumer's span becomes its child, so one trace runs command
-// → outbox → publish → consumer. With no tracer provider set the span
-// records nothing and the headers carry the row's own trace context. The
-// caller ends the span.
-func (a *Activities) message(ctx context.Context, id string, ev row) (broker.Message, trace.Span) {
-	headers := amqp.Table{
-		HeaderAggregateType:    ev.aggType,
-		HeaderAggregateID:      ev.aggID,
-		HeaderAggregateVersion: ev.version,
-		HeaderSchemaVersion:    int64(ev.schemaVersion),
-	}
-	key := a.routingKey(ev.aggType, ev.eventType)
-	// The parent is the activity's span when it is in the row's trace,
-	// else the row's own context with a link to the activity's span
-	// (telemetry.PublishParent says why).
-	ctx, links := telemetry.PublishParent(ctx, ev.traceParent, ev.traceState)
-	ctx, span := a.tracer.Start(ctx, "ferry.publish "+key,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithLinks(links...),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "rabbitmq"),
-			attribute.String("messaging.message.id", id),
-			attribute.String("messaging.destination.name", key),
-			attribute.String("ferry.aggregate", ev.aggType+"/"+ev.aggID),
-			attribute.Int64("ferry.aggregate_version", ev.version),
-		))
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-	for k, v := range carrier {
-		headers[k] = v
-	}
-	return broker.Message{
-		ID:         id,
-		Type:       ev.eventType,
-		RoutingKey: key,
-		Headers:    headers,
-		Body:       ev.payload,
-		Timestamp:  ev.createdAt,
-	}, span
-}
-
-// classifyPublish turns a broker error into the activity's error type.
-// The message is the broker's, so the row's last_error and the log say what
-// the broker said.
-func classifyPublish(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, broker.ErrTooLarge):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeTooLarge, err)
-	case errors.Is(err, broker.ErrRefused):
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRefused, err)
-	case errors.Is(err, broker.ErrUnroutable):
-		// Retryable: binding a queue fixes it. When the retries run out the
-		// event is quarantined, never dropped.
-		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeUnroutable, err)
-	default:
-		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBroker, err)
-	}
-}
-
-// LoadAggregateCursor reads the highest version of the aggregate delivered in
-// order. An aggregate without a row has delivered nothing.
-func (a *Activities) LoadAggregateCursor(ctx context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
-	var res workflows.CursorResult
-	err := a.pool.QueryRow(ctx, sqlLoadCursor, in.AggregateType, in.AggregateID).Scan(&res.Delivered)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return res, fmt.Errorf("load cursor of %s/%s: %w", in.AggregateType, in.AggregateID, err)
-	}
-	return res, nil
-}
-
-func (a *Activities) noteError(ctx context.Context, id string, cause error) {
-	// Detached: the activity's context may be the reason we are here.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if _, err := a.pool.Exec(ctx, sqlNoteError, id, truncate(cause.Error(), 1000)); err != nil {
-		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
-	}
-}
-
-type row struct {
-	aggType, aggID, eventType string
-	version                   int64
-	schemaVersion             int32
-	traceParent, traceState   string
-	createdAt                 time.Time
-	status                    string
-	payload                   []byte
-}
-
-// fields are scan targets for rowColumns.
-func (ev *row) fields() []any {
-	return []any{&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
-		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		s = s[:n]
-	}
-	return strings.ToValidUTF8(s, "?")
-}

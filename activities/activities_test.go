@@ -34,6 +34,8 @@ type bundle struct {
 	db   *testenv.DB
 	mq   *testenv.Broker
 	acts *activities.Activities
+	// settings the publish activities answer runs with; zero: defaults.
+	settings workflows.Settings
 }
 
 // setup wires Activities to a fresh schema and a publisher on the test's
@@ -68,7 +70,7 @@ func (b *bundle) env(t *testing.T) *testsuite.TestActivityEnvironment {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	env := s.NewTestActivityEnvironment()
-	b.acts.Register(env)
+	b.acts.Register(env, b.settings)
 	return env
 }
 
@@ -233,12 +235,12 @@ func TestPublishEventSendsTheRow(t *testing.T) {
 	// AMQP timestamps have whole seconds.
 	require.Equal(t, ev.CreatedAt.Unix(), d.Timestamp.Unix())
 	require.Equal(t, amqp.Table{
-		activities.HeaderAggregateType:    "order",
-		activities.HeaderAggregateID:      "o-1",
-		activities.HeaderAggregateVersion: int64(1),
-		activities.HeaderSchemaVersion:    int64(3),
-		activities.HeaderTraceParent:      traceParent,
-		activities.HeaderTraceState:       traceState,
+		broker.HeaderAggregateType:    "order",
+		broker.HeaderAggregateID:      "o-1",
+		broker.HeaderAggregateVersion: int64(1),
+		broker.HeaderSchemaVersion:    int64(3),
+		broker.HeaderTraceParent:      traceParent,
+		broker.HeaderTraceState:       traceState,
 	}, d.Headers)
 
 	r := readRow(t, b.db.Pool, ev.ID)
@@ -257,10 +259,10 @@ func TestPublishEventOmitsAbsentTraceContext(t *testing.T) {
 
 	d := b.receive(t)
 	require.Equal(t, amqp.Table{
-		activities.HeaderAggregateType:    "order",
-		activities.HeaderAggregateID:      "o-1",
-		activities.HeaderAggregateVersion: int64(1),
-		activities.HeaderSchemaVersion:    int64(1),
+		broker.HeaderAggregateType:    "order",
+		broker.HeaderAggregateID:      "o-1",
+		broker.HeaderAggregateVersion: int64(1),
+		broker.HeaderSchemaVersion:    int64(1),
 	}, d.Headers, "no traceparent/tracestate headers for a row without them")
 }
 
@@ -461,6 +463,16 @@ func TestNewRequiresDependencies(t *testing.T) {
 	require.ErrorContains(t, err, "Config.Publisher")
 	_, err = activities.New(activities.Config{Pool: pool, Publisher: pub})
 	require.NoError(t, err)
+
+	// Each part needs only its own dependencies.
+	_, err = activities.NewPublish(activities.PublishConfig{Pool: pool})
+	require.ErrorContains(t, err, "PublishConfig.Publisher")
+	_, err = activities.NewRepair(activities.RepairConfig{Publisher: pub})
+	require.ErrorContains(t, err, "RepairConfig.Pool")
+	_, err = activities.NewMaintenance(activities.MaintenanceConfig{})
+	require.ErrorContains(t, err, "MaintenanceConfig.Pool")
+	_, err = activities.NewMaintenance(activities.MaintenanceConfig{Pool: pool})
+	require.NoError(t, err, "maintenance needs no broker")
 }
 
 func TestDefaultRoutingKey(t *testing.T) {
@@ -488,10 +500,17 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub})
 	require.NoError(t, err)
 
-	var r recordingRegistry
-	acts.Register(&r)
+	// Each part registers its own concern; together, every name once.
+	var publish, repair, maintenance, all recordingRegistry
+	acts.Publish.Register(&publish, workflows.Settings{})
+	acts.Repair.Register(&repair)
+	acts.Maintenance.Register(&maintenance)
+	acts.Register(&all, workflows.Settings{})
 
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity, workflows.PurgeActivity, workflows.ReconcileActivity}, r.names)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity}, publish.names)
+	require.ElementsMatch(t, []string{workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity}, repair.names)
+	require.ElementsMatch(t, []string{workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity}, maintenance.names)
+	require.ElementsMatch(t, append(append(publish.names, repair.names...), maintenance.names...), all.names)
 }
 
 func deleteExchange(t *testing.T, name string) {

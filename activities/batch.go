@@ -38,7 +38,11 @@ WHERE a.aggregate_type = $2 AND a.aggregate_id = $3 AND EXISTS (SELECT 1 FROM ev
 // longest prefix it can and says where it stopped; it fails only when not
 // even the first event could be published, and then the workflow publishes
 // that event with PublishEvent, whose retries the Temporal UI shows.
-func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) (workflows.PublishBatchResult, error) {
+//
+// Asked (PublishBatchInput.Settings), it answers with the workflow
+// settings this worker was registered with, and publishes at most their
+// PublishBatchSize events (none, and no error, when the fast path is off).
+func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInput) (workflows.PublishBatchResult, error) {
 	var res workflows.PublishBatchResult
 	if in.LoadCursor {
 		cur, err := a.LoadAggregateCursor(ctx, workflows.CursorInput{AggregateType: in.AggregateType, AggregateID: in.AggregateID})
@@ -47,6 +51,11 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 		}
 		res.Cursor = cur.Delivered
 		in.Events = runAfter(in.Events, cur.Delivered)
+	}
+	if in.Settings {
+		// The run does not know its batch size yet: this worker's applies.
+		res.Settings = a.workflowSettings()
+		in.Events = in.Events[:min(len(in.Events), max(a.settings.PublishBatchSize, 0))]
 	}
 	if len(in.Events) == 0 {
 		return res, nil
@@ -90,10 +99,10 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 	if n < len(msgs) {
 		done = at[n]
 		pubErr = classifyPublish(pubErr)
-		a.noteError(ctx, msgs[n].ID, pubErr)
+		noteError(ctx, a.pool, msgs[n].ID, pubErr)
 		var appErr *temporal.ApplicationError
 		if errors.As(pubErr, &appErr) {
-			a.metrics.Relay().PublishFailed(appErr.Type())
+			a.metrics.PublishFailed(appErr.Type())
 		}
 		res.Stopped = pubErr.Error()
 	}
@@ -104,11 +113,11 @@ func (a *Activities) PublishBatch(ctx context.Context, in workflows.PublishBatch
 			ids[i] = msgs[i].ID
 		}
 		if _, err := a.pool.Exec(ctx, sqlMarkBatchPublished, ids, in.AggregateType, in.AggregateID); err != nil {
-			a.metrics.Relay().PublishFailed("MarkPublished")
+			a.metrics.PublishFailed("MarkPublished")
 			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", n, in.AggregateType, in.AggregateID, err)
 		}
 		for _, ev := range events[:n] {
-			a.metrics.Relay().Published(ev.aggType, ev.createdAt)
+			a.metrics.Published(ev.aggType, ev.createdAt)
 		}
 	}
 	if done == 0 {
@@ -151,7 +160,7 @@ func runAfter(events []workflows.EventRef, delivered int64) []workflows.EventRef
 }
 
 // loadBatch reads the rows of events by id.
-func (a *Activities) loadBatch(ctx context.Context, events []workflows.EventRef) (map[string]row, error) {
+func (a *Publish) loadBatch(ctx context.Context, events []workflows.EventRef) (map[string]row, error) {
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID

@@ -1,13 +1,24 @@
-// Package activities holds the Temporal activities of the aggregate workflow:
-// publishing one outbox event to RabbitMQ and reading an aggregate's delivery
-// cursor.
+// Package activities holds the Temporal activities Ferry's workflows run,
+// as methods on one struct per concern, each holding only its
+// dependencies:
 //
-// Activities are methods on Activities, which holds the dependencies (a
-// PostgreSQL pool and a broker.Publisher). Register them with Register: the
-// registered names in package workflows are a wire contract.
+//   - Publish: the aggregate workflow's publish path (PublishEvent,
+//     PublishBatch, LoadAggregateCursor): an outbox row read, sent to
+//     RabbitMQ with a confirm, marked published. The last two also answer
+//     a run that asks with the worker's workflow settings
+//     (workflows.Settings), which Publish.Register binds.
+//   - Repair: quarantine, audited repairs (retry, skip, patch), replays of
+//     delivered events, and the hand-back and release of the events a
+//     blocked run does not keep; RepairUnheld repairs a row no workflow
+//     holds.
+//   - Maintenance: retention, the reconciler and the drift check, run by
+//     schedules.
 //
-// The package owns the SQL that reads an event and marks it published, and
-// the mapping of an outbox row onto an AMQP message. It does not own retries:
-// errors are classified (retryable or not) and the workflow's retry policy
-// decides.
+// New builds all three from one Config and Activities.Register registers
+// them; the registered names in package workflows are a wire contract.
+//
+// The package owns the SQL that reads, marks, quarantines, repairs and
+// purges outbox rows, and the mapping of an outbox row onto an AMQP message
+// (headers: broker.Header*). It does not own retries: errors are
+// classified (retryable or not) and the workflow's retry policy decides.
 package activities

@@ -64,7 +64,7 @@ func TestBrokerRefusal(t *testing.T) {
 		var s testsuite.WorkflowTestSuite
 		s.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		env := s.NewTestActivityEnvironment()
-		b.acts.Register(env)
+		b.acts.Register(env, workflows.Settings{})
 		return env
 	}
 	wantReason := fmt.Sprintf("406 PRECONDITION_FAILED - message size %d is larger than configured max size %d", refusedBody, nodeMaxMessage)

@@ -11,8 +11,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/pgtext"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -24,6 +29,52 @@ const (
 	ErrTypeNotReplayable = "NotReplayable"
 )
 
+// RepairConfig configures Repair.
+type RepairConfig struct {
+	// Pool reaches the outbox tables and ferry_repairs. Required.
+	Pool *pgxpool.Pool
+	// Publisher sends replays to RabbitMQ. Required.
+	Publisher *broker.Publisher
+	// Metrics counts quarantines, repairs and replays; nil counts nothing.
+	Metrics *metrics.Metrics
+	// TracerProvider starts a replay's publish span. Default: the global
+	// provider.
+	TracerProvider trace.TracerProvider
+	// RoutingKey builds a replayed message's routing key, as the publish
+	// path's. Default "<aggregate_type>.<event_type>".
+	RoutingKey func(aggregateType, eventType string) string
+}
+
+// Repair holds what the aggregate workflow does with an event it cannot
+// publish and what operators ask of it: quarantine, the audited repairs
+// (retry, skip, patch), replays of delivered events, and handing back and
+// releasing the events a blocked run does not keep.
+type Repair struct {
+	sender
+	pool    *pgxpool.Pool
+	metrics *metrics.Metrics
+}
+
+// NewRepair validates cfg.
+func NewRepair(cfg RepairConfig) (*Repair, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("activities: RepairConfig.Pool is nil")
+	}
+	if cfg.Publisher == nil {
+		return nil, errors.New("activities: RepairConfig.Publisher is nil")
+	}
+	return &Repair{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), pool: cfg.Pool, metrics: cfg.Metrics}, nil
+}
+
+// Register registers the repair activities under their wire names.
+func (a *Repair) Register(r Registry) {
+	r.RegisterActivityWithOptions(a.QuarantineEvent, activity.RegisterOptions{Name: workflows.QuarantineActivity})
+	r.RegisterActivityWithOptions(a.ApplyRepair, activity.RegisterOptions{Name: workflows.RepairActivity})
+	r.RegisterActivityWithOptions(a.ReplayEvent, activity.RegisterOptions{Name: workflows.ReplayActivity})
+	r.RegisterActivityWithOptions(a.HoldEvents, activity.RegisterOptions{Name: workflows.HoldEventsActivity})
+	r.RegisterActivityWithOptions(a.ReleaseHeld, activity.RegisterOptions{Name: workflows.ReleaseHeldActivity})
+}
+
 // sqlQuarantine: the row's status says the event is held, last_error why.
 // A published row stays published (a late quarantine of a retried attempt
 // must not hide a success).
@@ -32,8 +83,8 @@ UPDATE outbox_events SET status = 'quarantined', last_error = $2
 WHERE id = $1 AND status <> 'published'`
 
 // QuarantineEvent marks an event quarantined and counts it.
-func (a *Activities) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
-	msg := truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
+func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
+	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
 	if _, err := a.pool.Exec(ctx, sqlQuarantine, in.EventID, msg); err != nil {
 		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 	}
@@ -95,7 +146,7 @@ const sqlRetry = `UPDATE outbox_events SET status = 'dispatched', last_error = N
 // ApplyRepair writes the repair's audit row and applies it to the outbox
 // row, in one transaction. A request id that was applied before returns
 // the earlier audit row and changes nothing.
-func (a *Activities) ApplyRepair(ctx context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
+func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
 	req := in.Request
 	res := workflows.RepairResult{RequestID: req.RequestID, Action: req.Action, EventID: req.EventID, Version: in.Version}
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
@@ -173,7 +224,7 @@ func (a *Activities) ApplyRepair(ctx context.Context, in workflows.RepairInput) 
 // publishes once more on the retry: replays are at-least-once, and keep
 // the message id consumers deduplicate by.) A row whose payload retention
 // blanked is refused: there is nothing left to replay.
-func (a *Activities) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput) error {
+func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput) error {
 	var auditID int64
 	err := a.pool.QueryRow(ctx, sqlFindRepair, in.RequestID).Scan(&auditID)
 	if err == nil {
@@ -182,7 +233,7 @@ func (a *Activities) ReplayEvent(ctx context.Context, in workflows.ReplayEventIn
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up request %s: %w", in.RequestID, err)
 	}
-	ev, err := a.load(ctx, in.EventID)
+	ev, err := loadEvent(ctx, a.pool, in.EventID)
 	if err != nil {
 		return err
 	}
@@ -254,7 +305,7 @@ WHERE aggregate_type = $1 AND aggregate_id = $2 AND status = 'pending' AND last_
 // workflow does not keep (AggregateInput.MaxBlockedRefs): they stay
 // pending and are claimed again once ReleaseHeld ran, or after
 // workflows.HoldInterval.
-func (a *Activities) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
+func (a *Repair) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
 	msg := fmt.Sprintf("%saggregate blocked at event %s; claimed again after its repair", workflows.HeldPrefix, in.BlockedEventID)
 	if _, err := a.pool.Exec(ctx, sqlHold, in.EventIDs, workflows.HoldInterval, msg); err != nil {
 		return fmt.Errorf("hold %d events of %s/%s: %w", len(in.EventIDs), in.AggregateType, in.AggregateID, err)
@@ -263,7 +314,7 @@ func (a *Activities) HoldEvents(ctx context.Context, in workflows.HoldInput) err
 }
 
 // ReleaseHeld makes an aggregate's held events claimable at once.
-func (a *Activities) ReleaseHeld(ctx context.Context, in workflows.ReleaseHeldInput) error {
+func (a *Repair) ReleaseHeld(ctx context.Context, in workflows.ReleaseHeldInput) error {
 	if _, err := a.pool.Exec(ctx, sqlReleaseHeld, in.AggregateType, in.AggregateID); err != nil {
 		return fmt.Errorf("release held events of %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}

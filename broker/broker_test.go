@@ -98,7 +98,7 @@ func TestPublishDeliversConfirmedMessage(t *testing.T) {
 		ID:         id,
 		Type:       "order.placed",
 		RoutingKey: "order.placed",
-		Headers:    amqp.Table{"ferry-aggregate-id": "o-1", "ferry-aggregate-version": int64(7)},
+		Headers:    amqp.Table{broker.HeaderAggregateID: "o-1", broker.HeaderAggregateVersion: int64(7)},
 		Body:       []byte(`{"total":42}`),
 		Timestamp:  ts,
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"regexp"
@@ -19,7 +18,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/redact"
@@ -150,15 +151,6 @@ type Stats struct {
 	Connects  int64
 	Consuming bool
 }
-
-// Headers Ferry sets on every message (see package activities); the event id
-// is message_id and the event type is type.
-const (
-	HeaderAggregateType    = "ferry-aggregate-type"
-	HeaderAggregateID      = "ferry-aggregate-id"
-	HeaderAggregateVersion = "ferry-aggregate-version"
-	HeaderSchemaVersion    = "ferry-schema-version"
-)
 
 // Headers the consumer adds to the messages it moves.
 const (
@@ -424,7 +416,7 @@ func (c *Consumer) run(ctx context.Context) {
 		sess, deliveries, err := c.connect()
 		if err != nil {
 			failures++
-			wait := backoff(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
+			wait := backoff.Exponential(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
 			c.log.Warn("cannot consume; retrying", "error", err, "retry_in", wait)
 			sleep(ctx, wait)
 			continue
@@ -441,7 +433,7 @@ func (c *Consumer) run(ctx context.Context) {
 		if lost {
 			c.log.Warn("connection to the broker lost; unacknowledged deliveries return to the queue; reconnecting")
 			sess.close()
-			sleep(ctx, backoff(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, 1))
+			sleep(ctx, backoff.Exponential(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, 1))
 			continue
 		}
 		// Stopping: no new deliveries; the ones already received are in
@@ -495,8 +487,8 @@ func (c *Consumer) pump(ctx context.Context, deliveries <-chan amqp.Delivery, se
 // deliveries are handled in arrival order.
 func (c *Consumer) worker(d amqp.Delivery) int {
 	h := fnv.New32a()
-	t, _ := d.Headers[HeaderAggregateType].(string)
-	id, _ := d.Headers[HeaderAggregateID].(string)
+	t, _ := d.Headers[broker.HeaderAggregateType].(string)
+	id, _ := d.Headers[broker.HeaderAggregateID].(string)
 	if t == "" && id == "" {
 		id = d.MessageId
 	}
@@ -532,16 +524,6 @@ func (c *Consumer) flushRetries() {
 		t.Stop()
 		nack()
 	}
-}
-
-func backoff(base, ceiling time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < ceiling; i++ {
-		d *= 2
-	}
-	d = min(d, ceiling)
-	// ±20% jitter, so instances that failed together do not retry together.
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/consumer"
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/testenv"
@@ -128,10 +129,10 @@ func order(id, aggregateID string, version int64) msg {
 func (e *env) publish(m msg) {
 	e.t.Helper()
 	h := amqp.Table{
-		consumer.HeaderAggregateType:    "order",
-		consumer.HeaderAggregateID:      m.aggregateID,
-		consumer.HeaderAggregateVersion: m.version,
-		consumer.HeaderSchemaVersion:    m.schema,
+		broker.HeaderAggregateType:    "order",
+		broker.HeaderAggregateID:      m.aggregateID,
+		broker.HeaderAggregateVersion: m.version,
+		broker.HeaderSchemaVersion:    m.schema,
 	}
 	if m.noHeaders {
 		h = nil

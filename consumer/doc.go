@@ -3,7 +3,7 @@
 // backoff, and a graceful Stop that finishes the deliveries in hand.
 //
 // Every delivery goes through the same steps. Its Ferry headers are read
-// (message_id, type, ferry-aggregate-*, ferry-schema-version); its payload is
+// (message_id, type, and the broker.Header* contract); its payload is
 // lifted to the handler's schema version by an upcast.Registry; inbox.Process
 // applies it in one PostgreSQL transaction; OnResult observes the outcome;
 // and only then is it acknowledged. The ordering policy:

@@ -14,7 +14,9 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/internal/backoff"
 )
 
 // handle takes one delivery to its outcome and acknowledges it. stop ends
@@ -81,7 +83,7 @@ func (c *Consumer) handle(stop, work context.Context, j job) {
 			if stop.Err() != nil || !j.sess.alive() {
 				return // the broker redelivers it
 			}
-			wait := backoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, attempt)
+			wait := backoff.Exponential(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, attempt)
 			c.log.Warn("inbox unavailable; retrying the delivery in place", "event_id", ev.ID, "error", err, "retry_in", wait)
 			select {
 			case <-stop.Done():
@@ -117,7 +119,7 @@ func (c *Consumer) failed(j job, res Result) {
 			fmt.Sprintf("handler failed on all %d deliveries; last error: %v", res.Deliveries, res.Err))
 		return
 	}
-	wait := backoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, res.Deliveries)
+	wait := backoff.Exponential(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff, res.Deliveries)
 	res.Outcome = Retried
 	res.Reason = fmt.Sprintf("handler failed on delivery %d of %d; back to the queue in %s", res.Deliveries, c.cfg.DeliveryLimit+1, wait.Round(time.Millisecond))
 	c.observe(res)
@@ -284,19 +286,19 @@ func decode(d amqp.Delivery) (inbox.Event, error) {
 			bad = append(bad, fmt.Sprintf("%s is a %T, not a string", name, v))
 		}
 	}
-	str(HeaderAggregateType, &ev.AggregateType)
-	str(HeaderAggregateID, &ev.AggregateID)
-	if v, present := d.Headers[HeaderAggregateVersion]; present {
+	str(broker.HeaderAggregateType, &ev.AggregateType)
+	str(broker.HeaderAggregateID, &ev.AggregateID)
+	if v, present := d.Headers[broker.HeaderAggregateVersion]; present {
 		n, ok := toInt64(v)
 		if !ok {
-			bad = append(bad, fmt.Sprintf("%s is a %T, not an integer", HeaderAggregateVersion, v))
+			bad = append(bad, fmt.Sprintf("%s is a %T, not an integer", broker.HeaderAggregateVersion, v))
 		}
 		ev.AggregateVersion = n
 	}
-	if v, present := d.Headers[HeaderSchemaVersion]; present {
+	if v, present := d.Headers[broker.HeaderSchemaVersion]; present {
 		n, ok := toInt64(v)
 		if !ok || n > 1<<31 {
-			bad = append(bad, fmt.Sprintf("%s %v is not a schema version", HeaderSchemaVersion, v))
+			bad = append(bad, fmt.Sprintf("%s %v is not a schema version", broker.HeaderSchemaVersion, v))
 		}
 		ev.SchemaVersion = int(n)
 	}

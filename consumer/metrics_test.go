@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/consumer"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -43,10 +44,10 @@ func TestMetricsCountOutcomesLagAndDepth(t *testing.T) {
 		t.Helper()
 		dc, err := e.ch.PublishWithDeferredConfirm(e.broker.Exchange, "order."+mm.eventType, true, false, amqp.Publishing{
 			Headers: amqp.Table{
-				consumer.HeaderAggregateType:    "order",
-				consumer.HeaderAggregateID:      mm.aggregateID,
-				consumer.HeaderAggregateVersion: mm.version,
-				consumer.HeaderSchemaVersion:    mm.schema,
+				broker.HeaderAggregateType:    "order",
+				broker.HeaderAggregateID:      mm.aggregateID,
+				broker.HeaderAggregateVersion: mm.version,
+				broker.HeaderSchemaVersion:    mm.schema,
 			},
 			MessageId: mm.id, Type: mm.eventType, Body: []byte(mm.body), Timestamp: committed, DeliveryMode: amqp.Persistent,
 		})

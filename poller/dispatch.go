@@ -27,7 +27,7 @@ type Failure struct {
 // Dispatch hands events to their aggregates' workflows with the code that
 // RunOnce uses for a claimed batch: grouped per aggregate, versions
 // ascending, Concurrency aggregates at a time, a one-shot start for an
-// aggregate this poller has not dispatched within IdleTimeout and
+// aggregate this poller has not dispatched within SignalWindow and
 // Signal-With-Start otherwise, one ferry.dispatch span per aggregate. It
 // claims and marks nothing: accepted are the ids Temporal accepted (mark
 // them with MarkDispatched), failed the aggregates it did not. Safe to call

@@ -71,6 +71,8 @@ func TestDispatchStartsOneShotRunsThenSignals(t *testing.T) {
 	in := rec.starts[0]
 	require.True(t, in.OneShot)
 	require.Equal(t, workflows.CurrentRevision, in.Revision)
+	require.Equal(t, workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", Revision: workflows.Revision2,
+		OneShot: true, Pending: in.Pending}, in, "no settings in the input: the run asks its worker")
 	require.Equal(t, []int64{1, 2}, versionsOf(in.Pending))
 	require.Equal(t, []bool{true}, rec.eager, "an eager start that fails when a run is open")
 	require.Empty(t, rec.signals)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,8 +19,11 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/internal/startstop"
+	"github.com/ferry-outbox/ferry/internal/testhook"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -63,32 +65,26 @@ type Config struct {
 	// MaxBackoff caps the wait after failures (per row and for the loop).
 	// Default 30s.
 	MaxBackoff time.Duration
-	// IdleTimeout is passed to new aggregate workflows. Zero: the
-	// workflow's default.
-	IdleTimeout time.Duration
-	// Policies are passed to new aggregate workflows: retries and poison
-	// handling per event type ("*" for the rest). Default: every type gets
-	// workflows.DefaultMaxAttempts and blocks its aggregate when they run out.
-	Policies map[string]workflows.EventPolicy
-	// PublishBatchSize is passed to new aggregate workflows: the most
-	// events one fast-path publish takes; -1 turns the fast path off (one
-	// regular activity per event). Default workflows.DefaultPublishBatchSize.
-	PublishBatchSize int
-	// MaxBlockedRefs is passed to new aggregate workflows: the most event
-	// references a blocked one keeps; the rows of events signalled beyond
-	// it stay pending in PostgreSQL and are claimed again after the
-	// repair. -1: no bound. Default workflows.DefaultMaxBlockedRefs.
-	MaxBlockedRefs int
-	// MaxHistoryEvents is passed to new aggregate workflows: they
-	// continue-as-new at this history length. Zero: the workflow's default.
-	MaxHistoryEvents int
+	// SignalWindow is how long after dispatching an aggregate this poller
+	// takes its run to be still open: within it, the aggregate's events go
+	// by Signal-With-Start; after it, StartMode decides. Set it to the
+	// workers' idle timeout (worker.Config.Workflow.IdleTimeout), which the
+	// runs themselves follow: a window longer than it costs a refused
+	// one-shot start now and then, a shorter one a new keep-alive run where
+	// a signal would have done. Default workflows.DefaultIdleTimeout (1m).
+	//
+	// The aggregate workflow's settings (idle timeout, history length,
+	// batch size, blocked-reference bound, policies) are not the poller's:
+	// the worker owns them (worker.Config.Workflow).
+	SignalWindow time.Duration
 	// StartMode is how an aggregate that this poller has not dispatched
-	// within IdleTimeout gets its events: StartOneShot (default) starts a
+	// within SignalWindow gets its events: StartOneShot (default) starts a
 	// one-shot run with the events in its input (eagerly, when a worker of
 	// the task queue shares the client), which completes as soon as it has
 	// published them; StartKeepAlive signals-with-start a run that idles
-	// for IdleTimeout. Aggregates dispatched within IdleTimeout always get
-	// Signal-With-Start, so a busy aggregate keeps one run.
+	// for the workers' idle timeout. Aggregates dispatched within
+	// SignalWindow always get Signal-With-Start, so a busy aggregate keeps
+	// one run.
 	StartMode string
 	// MaxRefusedAttempts is how many claims of a row end in a start or
 	// signal that Temporal refuses as invalid (InvalidArgument: a request
@@ -110,13 +106,20 @@ type Config struct {
 	// one is set).
 	TracerProvider trace.TracerProvider
 
-	// UnsafeAllowShortLease is for tests only: it lifts the rule that Lease
-	// exceed SignalTimeout + MarkTimeout, and stops bounding a batch's
-	// signals by the lease. Another poller may then claim and signal rows
-	// this one is still signalling. The fault suite's negative control
-	// (e2e) sets it to prove that its checker sees the duplicate signals.
-	// Never set it in a deployment; Ferry's commands cannot.
-	UnsafeAllowShortLease bool
+	// unsafeShortLease lifts the rule that Lease exceed SignalTimeout +
+	// MarkTimeout and stops bounding a batch's signals by the lease. Only
+	// tests set it, through testhook.PollerShortLease: the fault suite's
+	// negative control proves with it that its checker sees duplicate
+	// signals.
+	unsafeShortLease bool
+}
+
+func init() {
+	testhook.PollerShortLease = func(cfg any) any {
+		c := cfg.(Config)
+		c.unsafeShortLease = true
+		return c
+	}
 }
 
 // Poller relays pending outbox rows to aggregate workflows.
@@ -150,7 +153,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
-		recent: newRecentSet(cmp.Or(cfg.IdleTimeout, workflows.DefaultIdleTimeout), recentMax)}, nil
+		recent: newRecentSet(cfg.SignalWindow, recentMax)}, nil
 }
 
 func (cfg Config) withDefaults() Config {
@@ -163,11 +166,10 @@ func (cfg Config) withDefaults() Config {
 	cfg.MarkTimeout = cmp.Or(cfg.MarkTimeout, 5*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
-	cfg.PublishBatchSize = cmp.Or(cfg.PublishBatchSize, workflows.DefaultPublishBatchSize)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
 	cfg.StartMode = cmp.Or(cfg.StartMode, StartOneShot)
 	cfg.MaxRefusedAttempts = cmp.Or(cfg.MaxRefusedAttempts, 3)
-	cfg.MaxBlockedRefs = cmp.Or(cfg.MaxBlockedRefs, workflows.DefaultMaxBlockedRefs)
+	cfg.SignalWindow = cmp.Or(cfg.SignalWindow, workflows.DefaultIdleTimeout)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -183,13 +185,11 @@ func (cfg Config) Validate() error {
 	switch {
 	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
 		return fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
-	case cfg.PublishBatchSize < -1 || cfg.PublishBatchSize > 1000:
-		return fmt.Errorf("poller: Config.PublishBatchSize %d: use 1 to 1000, or -1 for one activity per event", cfg.PublishBatchSize)
 	case cfg.Concurrency < 1:
 		return fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
 	case cfg.Lease <= 0:
 		return fmt.Errorf("poller: Config.Lease %s: must be positive", cfg.Lease)
-	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout && !cfg.UnsafeAllowShortLease:
+	case cfg.Lease <= cfg.SignalTimeout+cfg.MarkTimeout && !cfg.unsafeShortLease:
 		// dispatch ends every signal of a batch by Lease - MarkTimeout after
 		// the claim, so the mark lands inside the lease; this leaves room
 		// for at least one full signal.
@@ -197,8 +197,8 @@ func (cfg Config) Validate() error {
 			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
 	case cfg.PollInterval < 10*time.Millisecond:
 		return fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
-	case cfg.MaxBlockedRefs < -1 || cfg.MaxBlockedRefs == 0:
-		return fmt.Errorf("poller: Config.MaxBlockedRefs %d: use at least 1, or -1 for no bound", cfg.MaxBlockedRefs)
+	case cfg.SignalWindow < 0:
+		return fmt.Errorf("poller: Config.SignalWindow %s: must not be negative", cfg.SignalWindow)
 	case cfg.MaxRefusedAttempts < 1:
 		return fmt.Errorf("poller: Config.MaxRefusedAttempts %d: must be at least 1", cfg.MaxRefusedAttempts)
 	case cfg.StartMode != StartOneShot && cfg.StartMode != StartKeepAlive:
@@ -240,7 +240,7 @@ func (p *Poller) loop(ctx context.Context) {
 		wait := time.Duration(0)
 		if err != nil {
 			failures++
-			wait = backoff(failures, p.cfg.MaxBackoff)
+			wait = backoff.Exponential(retryBase, p.cfg.MaxBackoff, failures)
 			p.log.Warn("relay round failed; rows stay pending and are retried", "error", err, "retry_in", wait)
 		} else {
 			failures = 0
@@ -388,7 +388,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	// Every signal must be done before the lease can run out, or another
 	// poller could claim the same rows while this one still signals.
 	dctx, dcancel := context.WithTimeout(ctx, p.cfg.Lease-p.cfg.MarkTimeout)
-	if p.cfg.UnsafeAllowShortLease {
+	if p.cfg.unsafeShortLease {
 		dctx, dcancel = context.WithCancel(ctx)
 	}
 	ok, failed := p.dispatch(dctx, groups)
@@ -416,7 +416,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 		if len(release) == 0 {
 			continue
 		}
-		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, release, p.cfg.MaxBackoff, truncate(f.err.Error(), 1000)); err != nil {
+		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, release, p.cfg.MaxBackoff, pgtext.Truncate(f.err.Error(), 1000)); err != nil {
 			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
 		}
 	}
@@ -447,7 +447,7 @@ func (p *Poller) quarantineRefused(ctx context.Context, f failure) (release []st
 	for i, r := range give {
 		ids[i] = r.id
 	}
-	msg := truncate(fmt.Sprintf("quarantined (%s): Temporal refused it as invalid %d times, so it can never be delivered as it is: %v",
+	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): Temporal refused it as invalid %d times, so it can never be delivered as it is: %v",
 		ErrClassTemporalRefused, give[0].attempts, f.err), 1000)
 	rows, err := p.cfg.Pool.Query(ctx, sqlQuarantineRefused, ids, msg)
 	var types []string
@@ -542,15 +542,11 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 	id := workflows.WorkflowID(g.aggType, g.aggID)
 	ctx, span := p.dispatchSpan(ctx, g, id)
 	defer func() { endSpan(span, err) }()
+	// The run's settings are its worker's (workflows.Revision2).
 	in := workflows.AggregateInput{
-		AggregateType:    g.aggType,
-		AggregateID:      g.aggID,
-		IdleTimeout:      p.cfg.IdleTimeout,
-		MaxHistoryEvents: p.cfg.MaxHistoryEvents,
-		PublishBatchSize: max(p.cfg.PublishBatchSize, 0),
-		MaxBlockedRefs:   max(p.cfg.MaxBlockedRefs, 0),
-		Policies:         p.cfg.Policies,
-		Revision:         workflows.CurrentRevision,
+		AggregateType: g.aggType,
+		AggregateID:   g.aggID,
+		Revision:      workflows.CurrentRevision,
 	}
 	parts := chunks(g.events, maxRefsPerDispatch)
 	how := metrics.DispatchSignal
@@ -637,7 +633,7 @@ func (p *Poller) listen(ctx context.Context) {
 			return
 		}
 		failures++
-		wait := backoff(failures, p.cfg.MaxBackoff)
+		wait := backoff.Exponential(retryBase, p.cfg.MaxBackoff, failures)
 		p.log.Warn("LISTEN connection lost; polling every PollInterval until it is back",
 			"error", err, "poll_interval", p.cfg.PollInterval, "retry_in", wait)
 		select {
@@ -678,14 +674,6 @@ func (p *Poller) poke() {
 	}
 }
 
-func backoff(failures int, limit time.Duration) time.Duration {
-	d := 500 * time.Millisecond << min(failures-1, 10)
-	return min(d, limit)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
-}
+// retryBase is the first wait of the loop's and the listener's backoff
+// after a failure; it doubles up to MaxBackoff.
+const retryBase = 500 * time.Millisecond

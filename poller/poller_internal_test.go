@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/internal/testhook"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -164,9 +165,7 @@ func TestNewFillsDefaults(t *testing.T) {
 	require.Equal(t, time.Second, c.PollInterval)
 	require.Equal(t, 16, c.Concurrency)
 	require.Equal(t, 30*time.Second, c.MaxBackoff)
-	require.Zero(t, c.IdleTimeout, "zero leaves the workflow's default")
-	require.Zero(t, c.MaxHistoryEvents, "zero leaves the workflow's default")
-	require.Equal(t, workflows.DefaultPublishBatchSize, c.PublishBatchSize, "pollers turn the fast path on")
+	require.Equal(t, workflows.DefaultIdleTimeout, c.SignalWindow, "the workers' default idle timeout")
 	require.Same(t, slog.Default(), c.Logger)
 	require.Equal(t, otel.GetTracerProvider(), c.TracerProvider)
 	require.Equal(t, StartOneShot, c.StartMode)
@@ -180,16 +179,16 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		Pool: lazyPool(t), Temporal: deadTemporal(t),
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
-		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, MaxBlockedRefs: 9,
+		Concurrency: 1, MaxBackoff: time.Minute, SignalWindow: time.Hour, Logger: logger,
+		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
 	})
 	require.NoError(t, err)
 	require.Equal(t, Config{
 		Pool: p.cfg.Pool, Temporal: p.cfg.Temporal,
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
-		Concurrency: 1, MaxBackoff: time.Minute, IdleTimeout: time.Hour, MaxHistoryEvents: 100, Logger: logger,
-		TracerProvider: tp, PublishBatchSize: 7, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, MaxBlockedRefs: 9,
+		Concurrency: 1, MaxBackoff: time.Minute, SignalWindow: time.Hour, Logger: logger,
+		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
 	}, p.cfg)
 }
 
@@ -207,7 +206,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		{"batch size above the limit", Config{BatchSize: 10001}, []string{"Config.BatchSize", "10001"}},
 		{"negative concurrency", Config{Concurrency: -1}, []string{"Config.Concurrency", "-1"}},
 		{"negative refused attempts", Config{MaxRefusedAttempts: -1}, []string{"Config.MaxRefusedAttempts", "-1"}},
-		{"blocked refs below -1", Config{MaxBlockedRefs: -2}, []string{"Config.MaxBlockedRefs", "-2"}},
+		{"negative signal window", Config{SignalWindow: -time.Second}, []string{"Config.SignalWindow", "-1s"}},
 		{
 			"lease equal to signal + mark timeout",
 			Config{Lease: 10 * time.Second}, // defaults: SignalTimeout 5s + MarkTimeout 5s
@@ -218,7 +217,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 			Config{Lease: 3 * time.Second, SignalTimeout: 2 * time.Second, MarkTimeout: time.Second + time.Millisecond},
 			[]string{"Config.Lease", "3s", "SignalTimeout 2s", "MarkTimeout 1.001s"},
 		},
-		{"negative lease, even when unsafe", Config{Lease: -time.Second, UnsafeAllowShortLease: true}, []string{"Config.Lease", "-1s", "positive"}},
+		{"negative lease, even when unsafe", Config{Lease: -time.Second, unsafeShortLease: true}, []string{"Config.Lease", "-1s", "positive"}},
 		{"poll interval too small", Config{PollInterval: 9 * time.Millisecond}, []string{"Config.PollInterval", "9ms"}},
 		{"negative poll interval", Config{PollInterval: -time.Second}, []string{"Config.PollInterval"}},
 		{"unknown start mode", Config{StartMode: "eager"}, []string{"Config.StartMode", `"eager"`, StartOneShot, StartKeepAlive}},
@@ -250,15 +249,16 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	require.Equal(t, 200, p.cfg.BatchSize)
 }
 
-// UnsafeAllowShortLease (the fault suite's negative control) accepts a lease
+// testhook.PollerShortLease (the fault suite's negative control) accepts a lease
 // shorter than SignalTimeout + MarkTimeout and lets a signal outlast it: the
 // signal runs its full SignalTimeout although the lease ran out long before.
 // Without it, such a lease is refused, and signals end by Lease - MarkTimeout.
-func TestUnsafeAllowShortLease(t *testing.T) {
+func TestUnsafeShortLease(t *testing.T) {
 	t.Parallel()
 	short := Config{Lease: 50 * time.Millisecond, SignalTimeout: testSignalTimeout, MarkTimeout: time.Second}
 	require.ErrorContains(t, short.Validate(), "Config.Lease 50ms must exceed")
-	short.UnsafeAllowShortLease = true
+	short = testhook.AllowShortLease(short)
+	require.True(t, short.unsafeShortLease)
 	require.NoError(t, short.Validate())
 
 	// A Temporal that accepts connections and never answers: a signal
@@ -603,37 +603,6 @@ func TestGroup(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		failures int
-		limit    time.Duration
-		want     time.Duration
-	}{
-		{1, time.Minute, 500 * time.Millisecond},
-		{2, time.Minute, time.Second},
-		{3, time.Minute, 2 * time.Second},
-		{7, time.Minute, 32 * time.Second},
-		{8, time.Minute, time.Minute},
-		{8, 30 * time.Second, 30 * time.Second},
-		{11, time.Hour, 512 * time.Second}, // the exponent stops growing here
-		{1000, time.Hour, 512 * time.Second},
-		{1, 100 * time.Millisecond, 100 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		require.Equal(t, tt.want, backoff(tt.failures, tt.limit), "backoff(%d, %s)", tt.failures, tt.limit)
-	}
-
-	prev := time.Duration(0)
-	for f := 1; f <= 100; f++ {
-		d := backoff(f, 30*time.Second)
-		require.GreaterOrEqual(t, d, prev, "backoff never shrinks (failures %d)", f)
-		require.LessOrEqual(t, d, 30*time.Second)
-		prev = d
-	}
-	require.Equal(t, 30*time.Second, prev)
 }
 
 // listenerPool is a pool on db whose connections, the poller's LISTEN

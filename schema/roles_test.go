@@ -218,7 +218,7 @@ func TestRelayRole(t *testing.T) {
 	suite := &testsuite.WorkflowTestSuite{}
 	suite.SetLogger(testenv.QuietLogger())
 	env := suite.NewTestActivityEnvironment()
-	acts.Register(env)
+	acts.Register(env, workflows.Settings{})
 	_, err = env.ExecuteActivity(workflows.PublishEventActivity, workflows.PublishInput{EventID: id, AggregateType: "order", AggregateID: "1", Version: 1})
 	require.NoError(t, err)
 	_, ok2 := br.Get(t, 5*time.Second)

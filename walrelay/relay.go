@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/poller"
 )
@@ -166,14 +167,14 @@ func (r *Relay) streamLoop(ctx context.Context) {
 				"error", err)
 			if _, cerr := ensureSlot(ctx, r.cfg.Pool, r.cfg.Slot); cerr != nil {
 				failures++
-				wait = backoff(failures, r.cfg.MaxBackoff)
+				wait = backoff.Exponential(retryBase, r.cfg.MaxBackoff, failures)
 				r.log.Error("could not recreate the replication slot", "error", cerr, "retry_in", wait)
 			} else {
 				r.catchUpNow()
 			}
 		default:
 			failures++
-			wait = backoff(failures, r.cfg.MaxBackoff)
+			wait = backoff.Exponential(retryBase, r.cfg.MaxBackoff, failures)
 			r.log.Warn("replication stream lost; reconnecting, and the stream resumes after the last confirmed transaction",
 				"error", err, "retry_in", wait)
 		}
@@ -362,7 +363,7 @@ func (s *session) flush(ctx context.Context) error {
 			break
 		}
 		failures++
-		wait := backoff(failures, cfg.MaxBackoff)
+		wait := backoff.Exponential(retryBase, cfg.MaxBackoff, failures)
 		s.r.log.Warn("Temporal refused streamed events; retrying them before the stream moves on",
 			"aggregates", len(failed), "events", len(events), "first_error", failed[0].Err, "retry_in", wait)
 		if err := s.sendStatus(ctx); err != nil { // keeps wal_sender_timeout away
@@ -403,7 +404,6 @@ func permanent(err error) bool {
 	return errors.As(err, &invalid)
 }
 
-func backoff(failures int, limit time.Duration) time.Duration {
-	d := 500 * time.Millisecond << min(failures-1, 10)
-	return min(d, limit)
-}
+// retryBase is the first wait after a failure; it doubles up to
+// MaxBackoff.
+const retryBase = 500 * time.Millisecond

@@ -22,6 +22,15 @@ type Config struct {
 	Temporal client.Client
 	// Activities to host. Required.
 	Activities *activities.Activities
+	// Workflow are the aggregate workflow's settings: idle timeout,
+	// history length, batch size, blocked-reference bound and policies by
+	// event type. This worker owns them: it answers every run of
+	// workflows.Revision2 or later with them at the run's start (fresh or
+	// continued as new), so a change here reaches aggregates already
+	// running at their next run or continue-as-new (workflows.Settings
+	// says exactly when). Give every worker of a task queue the same.
+	// Default: each field's default (workflows.Settings).
+	Workflow workflows.Settings
 	// TaskQueue; must match the poller's. Default "ferry".
 	TaskQueue string
 	// Namespace the client is connected to, where Start checks that Ferry's
@@ -79,6 +88,9 @@ func New(cfg Config) (*Worker, error) {
 		// The SDK needs two: one for the task queue, one for the sticky queue.
 		return nil, fmt.Errorf("worker: Config.WorkflowTaskPollers %d: must be at least 2", cfg.WorkflowTaskPollers)
 	}
+	if err := cfg.Workflow.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: Config.Workflow: %w", err)
+	}
 	w := sdkworker.New(cfg.Temporal, cfg.TaskQueue, sdkworker.Options{
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
 		MaxConcurrentWorkflowTaskPollers:   cfg.WorkflowTaskPollers,
@@ -90,20 +102,21 @@ func New(cfg Config) (*Worker, error) {
 		// redeploy, and it carries on.
 		WorkflowPanicPolicy: sdkworker.BlockWorkflow,
 	})
-	Register(w, cfg.Activities)
+	Register(w, cfg.Activities, cfg.Workflow)
 	RegisterEffects(w, cfg.Effects...)
 	return &Worker{cfg: cfg, w: w}, nil
 }
 
 // Register registers Ferry's workflow and activities on r under their wire
-// names. Use it to host them in a worker of your own.
-func Register(r sdkworker.Registry, acts *activities.Activities) {
+// names, the publish activities answering runs with settings (validate them
+// first: workflows.Settings.Validate). Use it to host them in a worker of
+// your own.
+func Register(r sdkworker.Registry, acts *activities.Activities, settings workflows.Settings) {
 	r.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.Replay, workflow.RegisterOptions{Name: workflows.ReplayWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.Retention, workflow.RegisterOptions{Name: workflows.RetentionWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.Reconcile, workflow.RegisterOptions{Name: workflows.ReconcileWorkflowName})
-	acts.Register(r)
-	acts.RegisterMaintenance(r)
+	acts.Register(r, settings)
 }
 
 // RegisterEffects registers effect workflows and activities on r, for a

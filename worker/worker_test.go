@@ -64,6 +64,13 @@ func TestNewRequiresDependencies(t *testing.T) {
 
 	_, err = worker.New(worker.Config{Temporal: temporal, Activities: acts, WorkflowTaskPollers: 1})
 	require.ErrorContains(t, err, "Config.WorkflowTaskPollers 1")
+
+	_, err = worker.New(worker.Config{Temporal: temporal, Activities: acts, Workflow: workflows.Settings{PublishBatchSize: 5000}})
+	require.ErrorContains(t, err, "Config.Workflow: Settings.PublishBatchSize 5000")
+
+	_, err = worker.New(worker.Config{Temporal: temporal, Activities: acts,
+		Workflow: workflows.Settings{Policies: map[string]workflows.EventPolicy{"order.created": {OnPoison: "drop"}}}})
+	require.ErrorContains(t, err, `Settings.Policies["order.created"]: OnPoison "drop"`)
 }
 
 func TestNewFillsDefaults(t *testing.T) {
@@ -140,7 +147,7 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	t.Parallel()
 	var r recordingRegistry
 
-	worker.Register(&r, testActivities(t))
+	worker.Register(&r, testActivities(t), workflows.Settings{})
 
 	require.Equal(t, []string{workflows.AggregateWorkflowName, workflows.ReplayWorkflowName, workflows.RetentionWorkflowName, workflows.ReconcileWorkflowName}, r.workflows)
 	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity}, r.activities)

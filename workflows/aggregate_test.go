@@ -38,6 +38,19 @@ type fakeActivities struct {
 	// cursorDown is how many LoadCursor attempts fail first, as while
 	// PostgreSQL is down.
 	cursorDown int
+
+	// settings are what the worker answers a run that asks (Revision2);
+	// asked counts the calls that asked.
+	settings workflows.Settings
+	asked    int
+}
+
+// answer fills a result's settings as activities.Publish does: the
+// worker's, defaults filled.
+func (f *fakeActivities) answer() *workflows.Settings {
+	f.asked++
+	s := f.settings.WithDefaults()
+	return &s
 }
 
 // PublishBatch publishes the leading events that would not fail, like
@@ -68,6 +81,13 @@ func (f *fakeActivities) PublishBatch(_ context.Context, in workflows.PublishBat
 			return res, nil
 		}
 		in.Events = run
+	}
+	if in.Settings {
+		res.Settings = f.answer()
+		in.Events = in.Events[:min(len(in.Events), max(res.Settings.PublishBatchSize, 0))]
+		if len(in.Events) == 0 {
+			return res, nil
+		}
 	}
 	for _, ev := range in.Events {
 		if f.failures[ev.Version] > 0 {
@@ -105,7 +125,11 @@ func (f *fakeActivities) LoadCursor(_ context.Context, in workflows.CursorInput)
 		f.cursorDown--
 		return workflows.CursorResult{}, errors.New("load cursor: dial tcp: connect: connection refused (fake)")
 	}
-	return workflows.CursorResult{Delivered: f.delivered}, nil
+	res := workflows.CursorResult{Delivered: f.delivered}
+	if in.Settings {
+		res.Settings = f.answer()
+	}
+	return res, nil
 }
 
 func (f *fakeActivities) publishedVersions() []int64 {
@@ -606,7 +630,7 @@ func TestFastPathIdleCountsFromLastEvent(t *testing.T) {
 // recently: its events in the input, the current revision, no idle wait.
 func oneShotInput(versions ...int64) workflows.AggregateInput {
 	in := fastInput(time.Minute)
-	in.Revision = workflows.CurrentRevision
+	in.Revision = workflows.Revision1
 	in.OneShot = true
 	in.Pending = evs(versions...)
 	return in
@@ -712,7 +736,7 @@ func TestRevision1KeepAliveReadsCursorInFirstBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	in := fastInput(time.Minute)
-	in.Revision = workflows.CurrentRevision
+	in.Revision = workflows.Revision1
 	b.signalAt(0, 1, 2, 3)
 	b.signalAt(10*time.Second, 4)
 	took := b.run(in)

@@ -23,7 +23,8 @@ const (
 	PublishBatchActivity = "ferry.PublishBatch"
 )
 
-// Defaults of AggregateInput's tunables.
+// Defaults of the aggregate workflow's settings (Settings; and of
+// AggregateInput's fields of the same names for runs before Revision2).
 const (
 	// DefaultIdleTimeout: a workflow with nothing to do completes after this.
 	DefaultIdleTimeout = time.Minute
@@ -50,8 +51,15 @@ const (
 	// two), and starts effect workflows without a GetVersion marker (whose
 	// TemporalChangeVersion upsert is a visibility write per run).
 	Revision1 = 1
+	// Revision2: the run takes its settings (Settings) from the worker
+	// that runs it, through the result of its first activity
+	// (PublishBatchInput.Settings, CursorInput.Settings); a run continued
+	// as new asks again, by LoadCursorActivity. Its input carries none, and
+	// it waits idle on one timer that signals do not cancel whatever its
+	// batch size.
+	Revision2 = 2
 	// CurrentRevision is what pollers start new runs with.
-	CurrentRevision = Revision1
+	CurrentRevision = Revision2
 )
 
 // WorkflowID is the aggregate workflow's ID: a pure function of the
@@ -84,6 +92,11 @@ type AggregateInput struct {
 	Resumed   bool       `json:"resumed,omitempty"`
 	Delivered int64      `json:"delivered,omitempty"`
 	Pending   []EventRef `json:"pending,omitempty"`
+	// IdleTimeout, MaxHistoryEvents, PublishBatchSize, Policies and
+	// MaxBlockedRefs are the settings of runs before Revision2, as their
+	// pollers passed them; a run of Revision2 or later ignores them and
+	// asks its worker (Settings). Pollers no longer set them.
+	//
 	// IdleTimeout; zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// MaxHistoryEvents; zero means DefaultMaxHistoryEvents.
@@ -91,7 +104,7 @@ type AggregateInput struct {
 	// PublishBatchSize is the most events one fast-path publish takes.
 	// Zero or less: no fast path, one regular activity per event (and the
 	// idle timer of older runs), which is what histories recorded before
-	// the fast path replay. Pollers set DefaultPublishBatchSize.
+	// the fast path replay.
 	//
 	// Upgrading a deployment from a Ferry without the fast path: upgrade
 	// the workers before the pollers, or an old worker may run a workflow
@@ -116,8 +129,7 @@ type AggregateInput struct {
 	// for HoldInterval) and released when the block ends
 	// (ReleaseHeldActivity), so a blocked busy aggregate neither grows its
 	// state nor its continue-as-new input without bound. Zero: no bound,
-	// what runs started before the field replay. Pollers set
-	// DefaultMaxBlockedRefs.
+	// what runs started before the field replay.
 	MaxBlockedRefs int `json:"max_blocked_refs,omitempty"`
 	// Held: events were handed back during the current block, so its end
 	// releases them. Kept across continue-as-new.
@@ -158,6 +170,11 @@ type PublishBatchInput struct {
 	// the consecutive run that follows it, and returns it in Cursor.
 	// Events are then ascending but need not start right after the cursor.
 	LoadCursor bool `json:"load_cursor,omitempty"`
+	// Settings: the run asks for the worker's workflow settings
+	// (Revision2). The activity returns them in the result and publishes
+	// at most their PublishBatchSize events (none when the fast path is
+	// off), whatever the input holds.
+	Settings bool `json:"settings,omitempty"`
 }
 
 // PublishBatchResult is PublishBatchActivity's result.
@@ -174,6 +191,9 @@ type PublishBatchResult struct {
 	// Stopped says why the batch ended before its last event; the workflow
 	// publishes that event on the regular path, with retries.
 	Stopped string `json:"stopped,omitempty"`
+	// Settings are the worker's workflow settings (PublishBatchInput.Settings
+	// only).
+	Settings *Settings `json:"settings,omitempty"`
 }
 
 // EventEffects are the effects to start for one published event.
@@ -186,12 +206,18 @@ type EventEffects struct {
 type CursorInput struct {
 	AggregateType string `json:"aggregate_type"`
 	AggregateID   string `json:"aggregate_id"`
+	// Settings: the run asks for the worker's workflow settings too
+	// (Revision2).
+	Settings bool `json:"settings,omitempty"`
 }
 
 // CursorResult is LoadCursorActivity's result.
 type CursorResult struct {
 	// Delivered is the highest version delivered in order (0: none).
 	Delivered int64 `json:"delivered"`
+	// Settings are the worker's workflow settings (CursorInput.Settings
+	// only).
+	Settings *Settings `json:"settings,omitempty"`
 }
 
 // State is what StateQuery returns.

@@ -36,6 +36,9 @@ type repairFakes struct {
 	replayFails map[string]bool // event ids whose replay fails for good
 	holds       []workflows.HoldInput
 	releases    []workflows.ReleaseHeldInput
+
+	// settings are what the worker answers a run that asks (Revision2).
+	settings workflows.Settings
 }
 
 // failure makes publish attempts of one event fail.
@@ -95,6 +98,14 @@ func (f *repairFakes) PublishBatch(_ context.Context, in workflows.PublishBatchI
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var res workflows.PublishBatchResult
+	if in.Settings {
+		s := f.settings.WithDefaults()
+		res.Settings = &s
+		in.Events = in.Events[:min(len(in.Events), max(s.PublishBatchSize, 0))]
+		if len(in.Events) == 0 {
+			return res, nil
+		}
+	}
 	for _, ev := range in.Events {
 		if fl, ok := f.failing[ev.ID]; ok && fl.left != 0 {
 			res.Stopped = fmt.Sprintf("event %s fails (fake)", ev.ID)
@@ -110,8 +121,15 @@ func (f *repairFakes) PublishBatch(_ context.Context, in workflows.PublishBatchI
 	return res, nil
 }
 
-func (f *repairFakes) LoadCursor(context.Context, workflows.CursorInput) (workflows.CursorResult, error) {
-	return workflows.CursorResult{}, nil
+func (f *repairFakes) LoadCursor(_ context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
+	var res workflows.CursorResult
+	if in.Settings {
+		f.mu.Lock()
+		s := f.settings.WithDefaults()
+		f.mu.Unlock()
+		res.Settings = &s
+	}
+	return res, nil
 }
 
 func (f *repairFakes) Quarantine(_ context.Context, in workflows.QuarantineInput) error {
@@ -1148,7 +1166,7 @@ func TestOneShotRunIdlesAfterRepair(t *testing.T) {
 	b.fakes.fail("evt-2", "Unroutable", -1)
 	in := qinput(maxAttempts(2))
 	in.PublishBatchSize = workflows.DefaultPublishBatchSize
-	in.Revision = workflows.CurrentRevision
+	in.Revision = workflows.Revision1
 	in.OneShot = true
 	in.Pending = evs(1, 2, 3)
 	b.healAt(time.Hour, "evt-2")

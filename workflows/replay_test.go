@@ -22,9 +22,9 @@ import (
 )
 
 // The histories were recorded from real runs by dev/tools/recordhistory
-// (-scenario aggregate and -scenario quarantine). The workflow must keep
+// (-scenario NAME for testdata/NAME_history.json). The workflow must keep
 // replaying them; a change that does not is a non-deterministic change and
-// needs workflow.GetVersion.
+// needs a new revision or workflow.GetVersion (the package doc says which).
 const (
 	// historyFile: events signalled 2, 1, 1, 3, 5, 4, published in order,
 	// then idle completion.
@@ -50,9 +50,23 @@ const (
 	// input publishes 1, waits for 2, gets 2 and a repeated 3 by signal,
 	// publishes them in one batch and completes; no timer.
 	oneShotGapHistoryFile = "testdata/oneshot_gap_history.json"
+	// r2OneShotHistoryFile: oneShotHistoryFile at Revision2: no settings in
+	// the input; the one batch answers with the worker's.
+	r2OneShotHistoryFile = "testdata/r2_oneshot_history.json"
+	// r2KeepAliveHistoryFile: a Signal-With-Start of Revision2 with 1-3;
+	// evt-1's batch fails, so the cursor read answers with the worker's
+	// settings (batch size 2, idle 2s); evt-1 goes the regular way, 2-3 in
+	// one batch; idle completion on the worker's 2s.
+	r2KeepAliveHistoryFile = "testdata/r2_keepalive_history.json"
+	// r2ResumedHistoryFile: the last run of a Revision2 aggregate that
+	// continued as new (its worker: 20 history events, no fast path): it
+	// asks its worker with a cursor read first, publishes the rest one by
+	// one, idles and completes.
+	r2ResumedHistoryFile = "testdata/r2_resumed_history.json"
 )
 
-var recordedHistories = []string{historyFile, quarantineHistoryFile, batchHistoryFile, oneShotHistoryFile, oneShotGapHistoryFile}
+var recordedHistories = []string{historyFile, quarantineHistoryFile, batchHistoryFile, oneShotHistoryFile, oneShotGapHistoryFile,
+	r2OneShotHistoryFile, r2KeepAliveHistoryFile, r2ResumedHistoryFile}
 
 func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 
@@ -256,6 +270,7 @@ func TestOneShotHistoryContents(t *testing.T) {
 				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &in))
 				require.True(t, in.OneShot)
 				require.Equal(t, workflows.Revision1, in.Revision)
+				require.Equal(t, workflows.DefaultPublishBatchSize, in.PublishBatchSize, "Revision1: settings in the input")
 			case enumspb.EVENT_TYPE_MARKER_RECORDED:
 				var lai struct {
 					ActivityType string
@@ -287,6 +302,99 @@ func TestOneShotHistoryContents(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, markers, "the first batch (1) and the one after the gap closed (2, 3)")
+}
+
+// r2Summary reads a Revision2 recording: its input, the local activities'
+// results in order, the regular activities, and the timers.
+type r2Summary struct {
+	input   workflows.AggregateInput
+	types   []enumspb.EventType
+	markers []string // local activity type of each marker
+	results []map[string]any
+	regular []string
+	timers  []time.Duration
+}
+
+func readR2(t *testing.T, file string) r2Summary {
+	t.Helper()
+	dc := converter.GetDefaultDataConverter()
+	var s r2Summary
+	for _, ev := range loadHistory(t, file) {
+		s.types = append(s.types, ev.GetEventType())
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			require.NoError(t, dc.FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &s.input))
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			details := ev.GetMarkerRecordedEventAttributes().GetDetails()
+			var lai struct{ ActivityType string }
+			require.NoError(t, dc.FromPayloads(details["data"], &lai))
+			s.markers = append(s.markers, lai.ActivityType)
+			res := map[string]any{}
+			if r, ok := details["result"]; ok {
+				require.NoError(t, dc.FromPayloads(r, &res))
+			}
+			s.results = append(s.results, res)
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			s.regular = append(s.regular, ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName())
+		case enumspb.EVENT_TYPE_TIMER_STARTED:
+			s.timers = append(s.timers, ev.GetTimerStartedEventAttributes().GetStartToFireTimeout().AsDuration())
+		}
+	}
+	// Nothing of the settings travels in a Revision2 input.
+	require.Equal(t, workflows.Revision2, s.input.Revision, file)
+	require.Zero(t, s.input.IdleTimeout, file)
+	require.Zero(t, s.input.PublishBatchSize, file)
+	require.Zero(t, s.input.MaxHistoryEvents, file)
+	require.Zero(t, s.input.MaxBlockedRefs, file)
+	require.Nil(t, s.input.Policies, file)
+	return s
+}
+
+// The Revision2 recordings hold what they are about: the settings come in
+// the result of the run's first activity that answers (a batch, or the
+// cursor read), and the run follows them.
+func TestRevision2HistoryContents(t *testing.T) {
+	t.Parallel()
+	t.Run("one-shot: as cheap as Revision1", func(t *testing.T) {
+		t.Parallel()
+		s := readR2(t, r2OneShotHistoryFile)
+		require.Equal(t, []enumspb.EventType{
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+			enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+			enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+			enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+			enumspb.EVENT_TYPE_MARKER_RECORDED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+		}, s.types)
+		require.Equal(t, []string{workflows.PublishBatchActivity}, s.markers)
+		require.Contains(t, s.results[0], "settings", "the batch answered with the settings")
+		require.True(t, s.input.OneShot)
+	})
+	t.Run("keep-alive: settings from the cursor read", func(t *testing.T) {
+		t.Parallel()
+		s := readR2(t, r2KeepAliveHistoryFile)
+		// failed batch, cursor read with settings, failed batch at evt-1,
+		// the batch of 2-3 (the worker's size).
+		require.Equal(t, []string{workflows.PublishBatchActivity, workflows.LoadCursorActivity,
+			workflows.PublishBatchActivity, workflows.PublishBatchActivity}, s.markers)
+		settings, ok := s.results[1]["settings"].(map[string]any)
+		require.True(t, ok, "the cursor read answered with the settings: %v", s.results[1])
+		require.EqualValues(t, 2, settings["publish_batch_size"])
+		require.EqualValues(t, 2, s.results[3]["published"])
+		require.Equal(t, []string{workflows.PublishEventActivity}, s.regular)
+		require.Equal(t, []time.Duration{2 * time.Second}, s.timers, "the worker's idle timeout")
+	})
+	t.Run("resumed: asks again first", func(t *testing.T) {
+		t.Parallel()
+		s := readR2(t, r2ResumedHistoryFile)
+		require.True(t, s.input.Resumed)
+		require.Equal(t, workflows.LoadCursorActivity, s.markers[0], "the first thing a resumed run does")
+		require.Contains(t, s.results[0], "settings")
+		require.NotEmpty(t, s.regular)
+		for _, name := range s.regular {
+			require.Equal(t, workflows.PublishEventActivity, name, "the worker's fast path is off")
+		}
+	})
 }
 
 // The replays above prove something only if a changed workflow fails them.

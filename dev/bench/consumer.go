@@ -12,7 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
 )
 
 // Receipt is one message as the counting consumer saw it.
@@ -236,9 +236,9 @@ func (c *Consumer) add(d amqp.Delivery) {
 	if t == nil {
 		return
 	}
-	aggType, _ := d.Headers[activities.HeaderAggregateType].(string)
-	aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
-	t.Add(Receipt{ID: d.MessageId, AggregateType: aggType, AggregateID: aggID, Version: headerInt(d.Headers[activities.HeaderAggregateVersion]), At: at})
+	aggType, _ := d.Headers[broker.HeaderAggregateType].(string)
+	aggID, _ := d.Headers[broker.HeaderAggregateID].(string)
+	t.Add(Receipt{ID: d.MessageId, AggregateType: aggType, AggregateID: aggID, Version: headerInt(d.Headers[broker.HeaderAggregateVersion]), At: at})
 }
 
 // Count directs the following messages to t.

@@ -235,10 +235,10 @@ func (r *Relay) runOnce(ctx context.Context) (claimed, sent int, err error) {
 		msgs[i] = broker.Message{
 			ID: x.id, Type: x.eventType, RoutingKey: activities.DefaultRoutingKey(x.aggType, x.eventType),
 			Headers: amqp.Table{
-				activities.HeaderAggregateType:    x.aggType,
-				activities.HeaderAggregateID:      x.aggID,
-				activities.HeaderAggregateVersion: x.version,
-				activities.HeaderSchemaVersion:    int64(x.schemaVersion),
+				broker.HeaderAggregateType:    x.aggType,
+				broker.HeaderAggregateID:      x.aggID,
+				broker.HeaderAggregateVersion: x.version,
+				broker.HeaderSchemaVersion:    int64(x.schemaVersion),
 			},
 			Body: x.payload, Timestamp: x.createdAt,
 		}

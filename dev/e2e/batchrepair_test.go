@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -101,7 +102,7 @@ func TestBatchRepairByQuery(t *testing.T) {
 	}
 	got := map[string][]string{}
 	for _, m := range e.br.Collect(t, 4, time.Minute) {
-		aggID, _ := m.Headers[activities.HeaderAggregateID].(string)
+		aggID, _ := m.Headers[broker.HeaderAggregateID].(string)
 		got[aggID] = append(got[aggID], m.MessageId)
 	}
 	require.Equal(t, map[string][]string{"A": {a1, a2}, "B": {b1, b2}}, got, "both delivered, each in order")

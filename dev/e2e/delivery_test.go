@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 )
 
@@ -30,7 +30,7 @@ func TestDeliversCommittedEventsInOrderPerAggregate(t *testing.T) {
 		require.Equal(t, "changed", m.Type)
 		require.Equal(t, "application/json", m.ContentType)
 		require.Equal(t, uint8(2), m.DeliveryMode, "persistent")
-		require.Equal(t, e.aggType, m.Headers[activities.HeaderAggregateType])
+		require.Equal(t, e.aggType, m.Headers[broker.HeaderAggregateType])
 		require.Equal(t, e.aggType+".changed", m.RoutingKey)
 		l.add(parse(t, m))
 	}
@@ -64,7 +64,7 @@ func TestRolledBackEventIsNeverDelivered(t *testing.T) {
 	msgs := e.br.Collect(t, 1, 60*time.Second)
 	require.Len(t, msgs, 1)
 	require.Equal(t, sentinel, msgs[0].MessageId)
-	require.Equal(t, int64(1), msgs[0].Headers[activities.HeaderAggregateVersion], "the rollback gave version 1 back")
+	require.Equal(t, int64(1), msgs[0].Headers[broker.HeaderAggregateVersion], "the rollback gave version 1 back")
 	_, extra := e.br.Get(t, time.Second)
 	require.False(t, extra)
 	require.Zero(t, e.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1`, rolledBack))
@@ -187,6 +187,6 @@ func TestConcurrentWritersOneAggregate(t *testing.T) {
 	msgs := e.br.Collect(t, n, 90*time.Second)
 	require.Len(t, msgs, n)
 	for i, m := range msgs {
-		require.Equal(t, int64(i+1), m.Headers[activities.HeaderAggregateVersion], "delivery %d", i)
+		require.Equal(t, int64(i+1), m.Headers[broker.HeaderAggregateVersion], "delivery %d", i)
 	}
 }

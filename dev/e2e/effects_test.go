@@ -52,7 +52,7 @@ type effectsOpts struct {
 	noFerry       bool // only the sandboxes (a child process runs Ferry)
 	// slowDelay of the provider's slow faults; default 3s.
 	slowDelay time.Duration
-	// publishBatch is the poller's PublishBatchSize; -1: the regular path.
+	// publishBatch is the worker's PublishBatchSize; -1: the regular path.
 	publishBatch int
 	// startMode is the poller's StartMode; default one-shot.
 	startMode string
@@ -106,13 +106,14 @@ func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
 	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Publisher: pub, Effects: router.For})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue,
-		Effects: []worker.Registrar{effects.Workflows{}, payActs, mailActs}, MaxConcurrentActivities: 200})
+		Effects: []worker.Registrar{effects.Workflows{}, payActs, mailActs}, MaxConcurrentActivities: 200,
+		Workflow: workflows.Settings{PublishBatchSize: o.publishBatch}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)
 	p, err := poller.New(poller.Config{Pool: e.db.Pool, Temporal: tclient, TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond,
-		PublishBatchSize: o.publishBatch, StartMode: o.startMode,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		StartMode: o.startMode,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
 	t.Cleanup(p.Stop)

@@ -23,7 +23,7 @@ import (
 )
 
 // The long fault runs, built only with the faults tag: `make test-faults`
-// runs them (go test -tags faults -run '^TestLong' ./e2e/). Without the tag
+// runs them (go test -tags faults,failpoints -run '^TestLong' ./e2e/). Without the tag
 // they are not part of the test binary at all.
 //
 //	FERRY_FAULTS_DURATION  how long the kill loop runs at least (default 5m)

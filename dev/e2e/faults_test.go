@@ -14,7 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 	_ "modernc.org/sqlite" // reads the embedded server's SQLite file
 
+	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/internal/testhook"
 	"github.com/ferry-outbox/ferry/poller"
 )
 
@@ -43,6 +45,7 @@ func TestFaultNone(t *testing.T) {
 // consumer.
 func TestFaultCrashPoints(t *testing.T) {
 	t.Parallel()
+	require.True(t, failpoint.Enabled, "failpoints need a build with -tags failpoints (make test sets it)")
 	tests := []struct {
 		name      string
 		role      string // poller, worker or consumer
@@ -305,8 +308,8 @@ func TestFaultCompetingPollers(t *testing.T) {
 
 // The negative control: two pollers with a lease (300ms) shorter than their
 // signals take (Temporal stalled for them) must signal the same events
-// twice, and the checker must count it. This needs poller.Config's
-// UnsafeAllowShortLease (Ferry's commands cannot set it), so these pollers
+// twice, and the checker must count it. This needs a test-only switch
+// (testhook.AllowShortLease; no Config or command can set it), so these pollers
 // run in the test process; the worker and the consumer are processes. The
 // aggregate workflow drops the repeats: no message is published twice.
 func TestFaultShortLeaseNegativeControl(t *testing.T) {
@@ -322,11 +325,11 @@ func TestFaultShortLeaseNegativeControl(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pc.Close)
 	for i := range 2 {
-		p, err := poller.New(poller.Config{
+		p, err := poller.New(testhook.AllowShortLease(poller.Config{
 			Pool: e.db.Pool, Temporal: pc, TaskQueue: e.taskQueue, Name: fmt.Sprintf("short-lease-%d", i),
-			Lease: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond, UnsafeAllowShortLease: true,
+			Lease: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 			Logger: slog.New(slog.DiscardHandler),
-		})
+		}))
 		require.NoError(t, err)
 		require.NoError(t, p.Start(context.Background()))
 		t.Cleanup(p.Stop)

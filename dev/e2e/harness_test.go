@@ -77,18 +77,20 @@ type ferryOpts struct {
 	// pollers, as in one `ferry run` process: one-shot starts are eager.
 	// Default: the shared test server's client.
 	shared client.Client
-	// Passed to new aggregate workflows; zero: the workflow's defaults.
-	idleTimeout time.Duration
-	startMode   string // poller.Config.StartMode; default one-shot
-	maxHistory  int
-	maxBlocked  int // poller.Config.MaxBlockedRefs; zero: the default
-	policies    map[string]workflows.EventPolicy
-	noWorker    bool              // pollers only
-	noPoller    bool              // a worker only
-	schedules   *worker.Schedules // the worker keeps these in place
-	tracer      trace.TracerProvider
-	metrics     *metrics.Metrics
-	maint       *metrics.Maintenance
+	// The worker's workflow settings (worker.Config.Workflow); zero: the
+	// defaults. idleTimeout is also the pollers' SignalWindow.
+	idleTimeout  time.Duration
+	startMode    string // poller.Config.StartMode; default one-shot
+	maxHistory   int
+	maxBlocked   int // zero: the default
+	policies     map[string]workflows.EventPolicy
+	publishBatch int               // zero: the default; -1: the regular path
+	noWorker     bool              // pollers only
+	noPoller     bool              // a worker only
+	schedules    *worker.Schedules // the worker keeps these in place
+	tracer       trace.TracerProvider
+	metrics      *metrics.Metrics
+	maint        *metrics.Maintenance
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -131,7 +133,9 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics, MaintenanceMetrics: o.maint, Temporal: tclient, TracerProvider: o.tracer})
 	require.NoError(t, err)
 	if !o.noWorker {
-		w, err := worker.New(worker.Config{Temporal: workerClient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules})
+		w, err := worker.New(worker.Config{Temporal: workerClient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules,
+			Workflow: workflows.Settings{IdleTimeout: o.idleTimeout, MaxHistoryEvents: o.maxHistory, MaxBlockedRefs: o.maxBlocked,
+				Policies: o.policies, PublishBatchSize: o.publishBatch}})
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
 		t.Cleanup(w.Stop)
@@ -141,20 +145,17 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			break
 		}
 		p, err := poller.New(poller.Config{
-			Pool:             o.pool,
-			Temporal:         o.temporal,
-			TaskQueue:        e.taskQueue,
-			Name:             fmt.Sprintf("poller-%d", i),
-			PollInterval:     200 * time.Millisecond,
-			Lease:            o.lease,
-			IdleTimeout:      o.idleTimeout,
-			StartMode:        o.startMode,
-			MaxHistoryEvents: o.maxHistory,
-			Policies:         o.policies,
-			MaxBlockedRefs:   o.maxBlocked,
-			Metrics:          o.metrics.Relay(),
-			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-			TracerProvider:   o.tracer,
+			Pool:           o.pool,
+			Temporal:       o.temporal,
+			TaskQueue:      e.taskQueue,
+			Name:           fmt.Sprintf("poller-%d", i),
+			PollInterval:   200 * time.Millisecond,
+			Lease:          o.lease,
+			SignalWindow:   o.idleTimeout,
+			StartMode:      o.startMode,
+			Metrics:        o.metrics.Relay(),
+			Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+			TracerProvider: o.tracer,
 		})
 		require.NoError(t, err)
 		require.NoError(t, p.Start(ctx))
@@ -199,9 +200,9 @@ type delivery struct {
 
 func parse(t *testing.T, d amqp.Delivery) delivery {
 	t.Helper()
-	v, ok := d.Headers[activities.HeaderAggregateVersion].(int64)
-	require.True(t, ok, "header %s missing or not int64: %#v", activities.HeaderAggregateVersion, d.Headers)
-	aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
+	v, ok := d.Headers[broker.HeaderAggregateVersion].(int64)
+	require.True(t, ok, "header %s missing or not int64: %#v", broker.HeaderAggregateVersion, d.Headers)
+	aggID, _ := d.Headers[broker.HeaderAggregateID].(string)
 	return delivery{id: d.MessageId, aggID: aggID, version: v}
 }
 
@@ -263,8 +264,8 @@ func (e *env) consume(t *testing.T) (l *ledger, stop func()) {
 	wg.Go(func() {
 		for {
 			for d := range deliveries {
-				v, _ := d.Headers[activities.HeaderAggregateVersion].(int64)
-				aggID, _ := d.Headers[activities.HeaderAggregateID].(string)
+				v, _ := d.Headers[broker.HeaderAggregateVersion].(int64)
+				aggID, _ := d.Headers[broker.HeaderAggregateID].(string)
 				l.mu.Lock()
 				again := d.Redelivered && l.seen[d.MessageId]
 				l.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
@@ -196,7 +197,7 @@ func TestReconcilerRedispatchesRowsOfALostWorkflow(t *testing.T) {
 	require.Len(t, msgs, 3)
 	for i, m := range msgs {
 		require.True(t, ids[m.MessageId])
-		require.Equal(t, int64(i+1), m.Headers["ferry-aggregate-version"])
+		require.Equal(t, int64(i+1), m.Headers[broker.HeaderAggregateVersion])
 	}
 
 	// A running workflow is left alone.

@@ -12,7 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 )
@@ -76,8 +76,8 @@ func TestConsumeExampleServesConsumerMetrics(t *testing.T) {
 	send := func(id string, schema int64) {
 		t.Helper()
 		dc, err := ch.PublishWithDeferredConfirm(e.br.Exchange, "order.created", true, false, amqp.Publishing{
-			Headers: amqp.Table{activities.HeaderAggregateType: "order", activities.HeaderAggregateID: id,
-				activities.HeaderAggregateVersion: int64(1), activities.HeaderSchemaVersion: schema},
+			Headers: amqp.Table{broker.HeaderAggregateType: "order", broker.HeaderAggregateID: id,
+				broker.HeaderAggregateVersion: int64(1), broker.HeaderSchemaVersion: schema},
 			MessageId: id, Type: "created", Timestamp: time.Now().Add(-2 * time.Second),
 			Body: []byte(`{"order_id":"` + id + `","customer":"ana","total_cents":1000,"units":1}`),
 		})

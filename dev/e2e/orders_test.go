@@ -14,7 +14,7 @@ import (
 	"go.uber.org/fx"
 
 	ferryoutbox "github.com/ferry-outbox/ferry"
-	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/examples/orders"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -70,8 +70,8 @@ func TestOrdersExampleEndToEnd(t *testing.T) {
 	require.Equal(t, "order.created", d.RoutingKey)
 	require.Equal(t, created.EventID, d.MessageId)
 	require.Equal(t, "created", d.Type)
-	require.Equal(t, created.OrderID, d.Headers[activities.HeaderAggregateID])
-	require.Equal(t, int64(1), d.Headers[activities.HeaderAggregateVersion])
+	require.Equal(t, created.OrderID, d.Headers[broker.HeaderAggregateID])
+	require.Equal(t, int64(1), d.Headers[broker.HeaderAggregateVersion])
 	var ev orders.OrderCreated
 	require.NoError(t, json.Unmarshal(d.Body, &ev))
 	require.Equal(t, orders.OrderCreated{OrderID: created.OrderID, Customer: "ada", TotalCents: 4200}, ev)

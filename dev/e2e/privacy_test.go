@@ -67,12 +67,13 @@ func TestCodecEncryptsHistoryAndOutputIsRedacted(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Publisher: pub, Temporal: cc})
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Temporal: cc, Activities: acts, TaskQueue: e.taskQueue})
+	w, err := worker.New(worker.Config{Temporal: cc, Activities: acts, TaskQueue: e.taskQueue,
+		Workflow: workflows.Settings{Policies: map[string]workflows.EventPolicy{"*": {MaxAttempts: 2}}}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)
 	p, err := poller.New(poller.Config{Pool: e.db.Pool, Temporal: cc, TaskQueue: e.taskQueue, PollInterval: 200 * time.Millisecond,
-		Policies: map[string]workflows.EventPolicy{"*": {MaxAttempts: 2}}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	require.NoError(t, p.Start(ctx))
 	t.Cleanup(p.Stop)

@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 
-	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -59,7 +59,7 @@ func TestContinueAsNewKeepsOrder(t *testing.T) {
 	}
 	require.Len(t, msgs, n)
 	for i, m := range msgs {
-		require.Equal(t, int64(i+1), m.Headers[activities.HeaderAggregateVersion], "delivery %d", i)
+		require.Equal(t, int64(i+1), m.Headers[broker.HeaderAggregateVersion], "delivery %d", i)
 	}
 	id := workflows.WorkflowID(e.aggType, "hot")
 	waitFor(t, 10*time.Second, "continued-as-new runs to show in visibility", func() bool {
@@ -102,8 +102,8 @@ func TestIdleWorkflowCompletesAndNextRunResumes(t *testing.T) {
 	}
 	msgs := e.br.Collect(t, 2, time.Minute)
 	require.Len(t, msgs, 2)
-	require.Equal(t, int64(4), msgs[0].Headers[activities.HeaderAggregateVersion])
-	require.Equal(t, int64(5), msgs[1].Headers[activities.HeaderAggregateVersion])
+	require.Equal(t, int64(4), msgs[0].Headers[broker.HeaderAggregateVersion])
+	require.Equal(t, int64(5), msgs[1].Headers[broker.HeaderAggregateVersion])
 	require.GreaterOrEqual(t, len(runsOf(t, id)), 2, "a second run")
 }
 
@@ -182,6 +182,6 @@ func TestOneRefusedAggregateDoesNotStopTheBatch(t *testing.T) {
 	require.Len(t, msgs, 4)
 	for i, m := range msgs {
 		require.True(t, bad[m.MessageId])
-		require.Equal(t, int64(i+1), m.Headers[activities.HeaderAggregateVersion])
+		require.Equal(t, int64(i+1), m.Headers[broker.HeaderAggregateVersion])
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/ferry-outbox/ferry/effects"
+	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
 )
 
@@ -312,7 +313,7 @@ func (a *Activities) ambiguousError(cause error) error {
 }
 
 func (a *Activities) settle(ctx context.Context, key, status, reply string, res *effects.EmailResult) error {
-	if err := a.cfg.Pool.QueryRow(ctx, sqlSettle, key, status, truncate(reply, 500)).Scan(&res.Attempts, &res.Ambiguous); err != nil {
+	if err := a.cfg.Pool.QueryRow(ctx, sqlSettle, key, status, pgtext.Truncate(reply, 500)).Scan(&res.Attempts, &res.Ambiguous); err != nil {
 		return fmt.Errorf("ledger: mark %s %s: %w", key, status, err)
 	}
 	return nil
@@ -326,7 +327,7 @@ func (a *Activities) ResolveEmail(ctx context.Context, in effects.EmailResolveIn
 	if in.Status == effects.EmailMarkedFailed {
 		status = "marked_failed"
 	}
-	err := a.cfg.Pool.QueryRow(ctx, sqlResolve, in.Key, status, in.Actor, truncate("operator: "+in.Reason, 500)).
+	err := a.cfg.Pool.QueryRow(ctx, sqlResolve, in.Key, status, in.Actor, pgtext.Truncate("operator: "+in.Reason, 500)).
 		Scan(&res.MessageID, &res.Attempts, &res.Ambiguous)
 	if err != nil {
 		return res, fmt.Errorf("ledger: resolve %s: %w", in.Key, err)
@@ -449,11 +450,4 @@ func (a *Activities) transact(ctx context.Context, to string, msg []byte) (reply
 
 func invalid(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), effects.ErrTypeInvalidEvent, nil)
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		s = s[:n]
-	}
-	return strings.ToValidUTF8(s, "?")
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/consumer"
+	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/examples/inventory"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 )
@@ -61,8 +61,8 @@ func TestExampleAppliesOnceAndPrintsDuplicates(t *testing.T) {
 	publish := func(id, eventType string, version int64, body string) {
 		require.NoError(t, ch.Publish(b.Exchange, "order."+eventType, false, false, amqp.Publishing{
 			Headers: amqp.Table{
-				consumer.HeaderAggregateType: "order", consumer.HeaderAggregateID: "42",
-				consumer.HeaderAggregateVersion: version, consumer.HeaderSchemaVersion: int64(1),
+				broker.HeaderAggregateType: "order", broker.HeaderAggregateID: "42",
+				broker.HeaderAggregateVersion: version, broker.HeaderSchemaVersion: int64(1),
 			},
 			MessageId: id, Type: eventType, DeliveryMode: amqp.Persistent, Body: []byte(body),
 		}))

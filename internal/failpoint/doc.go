@@ -3,8 +3,12 @@
 // moment.
 //
 // A failpoint is one call, Inject(name), at a point where a crash matters.
-// It is compiled into every build and inert unless the environment variable
-// FERRY_FAILPOINTS is set when the process starts:
+// It does something only in a build with the failpoints tag
+// (go test -tags failpoints; the Makefile's test targets set it), and there
+// only when the environment variable FERRY_FAILPOINTS is set when the
+// process starts. Without the tag Inject is an empty function the compiler
+// inlines away and the variable is never read: no production binary can
+// be stopped by it.
 //
 //	FERRY_FAILPOINTS="poller.after-claim=exit@3,worker.after-confirm=exit"
 //
@@ -36,5 +40,6 @@
 //
 // The package owns nothing else: it never decides where points go (their
 // packages do, one line each) and it has no API to enable points at run
-// time, so no production code path can switch one on.
+// time. Enabled says whether this build has them, so a test that needs a
+// failpoint can fail with a clear message when built without the tag.
 package failpoint

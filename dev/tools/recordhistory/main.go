@@ -29,6 +29,18 @@
 //     "Unroutable" error under a policy of two attempts, so it is
 //     quarantined; an event signalled meanwhile waits; a repair update
 //     (retry) lets it through, and the rest follow in order.
+//   - r2_oneshot: oneshot at Revision2, as pollers start an aggregate now:
+//     no settings in the input; the first batch answers with the worker's.
+//   - r2_keepalive: a keep-alive run of Revision2 (Signal-With-Start, no
+//     settings in the input): events 1-3 in one signal, evt-1's batch
+//     fails, so the cursor read answers with the worker's settings (batch
+//     size 2, idle 2s); evt-1 goes the regular way (one failed attempt,
+//     then success), 2-3 in one batch, idle completion on the worker's
+//     timeout.
+//   - r2_resumed: a run of Revision2 continued as new (the worker's
+//     history budget is 20 events, the fast path off): it asks its worker
+//     again with a cursor read, publishes the rest and completes; the
+//     recorded history is that last run's.
 //
 // -out defaults to workflows/testdata/<scenario>_history.json. Re-record
 // only when the workflow changed on purpose, and keep the old file as well:
@@ -71,20 +83,25 @@ func main() {
 type scenario func(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (id, runID string, err error)
 
 var scenarios = map[string]scenario{
-	"aggregate":   recordAggregate,
-	"quarantine":  recordQuarantine,
-	"batch":       recordBatch,
-	"oneshot":     recordOneShot,
-	"oneshot_gap": recordOneShotGap,
+	"aggregate":    recordAggregate,
+	"quarantine":   recordQuarantine,
+	"batch":        recordBatch,
+	"oneshot":      recordOneShot,
+	"oneshot_gap":  recordOneShotGap,
+	"r2_oneshot":   recordR2OneShot,
+	"r2_keepalive": recordR2KeepAlive,
+	"r2_resumed":   recordR2Resumed,
 }
 
+const scenarioNames = "aggregate, quarantine, batch, oneshot, oneshot_gap, r2_oneshot, r2_keepalive or r2_resumed"
+
 func run() error {
-	name := flag.String("scenario", "aggregate", "what to record: aggregate, quarantine, batch, oneshot or oneshot_gap")
+	name := flag.String("scenario", "aggregate", "what to record: "+scenarioNames)
 	out := flag.String("out", "", "file to write the history to (default ../workflows/testdata/<scenario>_history.json, from dev/)")
 	flag.Parse()
 	record, ok := scenarios[*name]
 	if !ok {
-		return fmt.Errorf("-scenario %q: want aggregate, quarantine, batch, oneshot or oneshot_gap", *name)
+		return fmt.Errorf("-scenario %q: want %s", *name, scenarioNames)
 	}
 	path := cmp.Or(*out, filepath.Join("..", "workflows", "testdata", *name+"_history.json"))
 
@@ -117,7 +134,7 @@ func run() error {
 	w := worker.New(c, taskQueue, worker.Options{Identity: "recordhistory"})
 	w.RegisterWorkflowWithOptions(workflows.Aggregate, workflow.RegisterOptions{Name: workflows.AggregateWorkflowName})
 	w.RegisterActivityWithOptions(acts.publish, activity.RegisterOptions{Name: workflows.PublishEventActivity})
-	w.RegisterActivityWithOptions(loadCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	w.RegisterActivityWithOptions(acts.loadCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
 	w.RegisterActivityWithOptions(acts.publishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
 	w.RegisterActivityWithOptions(quarantine, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	w.RegisterActivityWithOptions(repair, activity.RegisterOptions{Name: workflows.RepairActivity})
@@ -132,7 +149,7 @@ func run() error {
 	}
 
 	hist := &historypb.History{}
-	it := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT) // runID "": the latest run
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
@@ -230,10 +247,11 @@ func recordBatch(ctx context.Context, c client.Client, taskQueue string, acts *s
 	return id, we.GetRunID(), nil
 }
 
-// oneShotInput is what a poller starts a one-shot run with.
+// oneShotInput is what a poller of Revision1 started a one-shot run with
+// (the oneshot and oneshot_gap recordings).
 func oneShotInput(versions ...int64) workflows.AggregateInput {
 	in := workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", IdleTimeout: 2 * time.Second,
-		PublishBatchSize: workflows.DefaultPublishBatchSize, Revision: workflows.CurrentRevision, OneShot: true}
+		PublishBatchSize: workflows.DefaultPublishBatchSize, Revision: workflows.Revision1, OneShot: true}
 	for _, v := range versions {
 		in.Pending = append(in.Pending, ref(v))
 	}
@@ -282,6 +300,76 @@ func recordOneShotGap(ctx context.Context, c client.Client, taskQueue string, _ 
 		return "", "", fmt.Errorf("workflow %s: %w", we.GetID(), err)
 	}
 	return we.GetID(), we.GetRunID(), nil
+}
+
+// recordR2OneShot: one event in a one-shot run's input, as pollers start
+// one now.
+func recordR2OneShot(ctx context.Context, c client.Client, taskQueue string, _ *standIns) (string, string, error) {
+	in := workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", Revision: workflows.Revision2, OneShot: true,
+		Pending: []workflows.EventRef{ref(1)}}
+	we, err := startOneShot(ctx, c, taskQueue, in)
+	if err != nil {
+		return "", "", err
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", we.GetID(), err)
+	}
+	return we.GetID(), we.GetRunID(), nil
+}
+
+// recordR2KeepAlive: a Signal-With-Start of Revision2 with 1-3; evt-1
+// fails its batch and its first regular attempt.
+func recordR2KeepAlive(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (string, string, error) {
+	id := workflows.WorkflowID("order", "o-1")
+	acts.mu.Lock()
+	acts.flaky["evt-1"] = 1
+	acts.settings = workflows.Settings{PublishBatchSize: 2, IdleTimeout: 2 * time.Second}
+	acts.mu.Unlock()
+	we, err := c.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(1), ref(2), ref(3)}},
+		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
+		workflows.AggregateWorkflowName,
+		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", Revision: workflows.Revision2})
+	if err != nil {
+		return "", "", fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", id, err)
+	}
+	return id, we.GetRunID(), nil
+}
+
+// recordR2Resumed: events 1-5 in one signal to a run whose worker allows
+// 20 history events and no fast path: the first run publishes three and
+// continues as new, the next asks its worker again and publishes the other
+// two; that last run is recorded.
+func recordR2Resumed(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (string, string, error) {
+	id := workflows.WorkflowID("order", "o-1")
+	acts.mu.Lock()
+	acts.settings = workflows.Settings{PublishBatchSize: -1, MaxHistoryEvents: 20, IdleTimeout: 2 * time.Second}
+	acts.mu.Unlock()
+	we, err := c.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(1), ref(2), ref(3), ref(4), ref(5)}},
+		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
+		workflows.AggregateWorkflowName,
+		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", Revision: workflows.Revision2})
+	if err != nil {
+		return "", "", fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	first := we.GetRunID()
+	// Get follows the chain of runs to the last one.
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", id, err)
+	}
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return "", "", fmt.Errorf("describe %s: %w", id, err)
+	}
+	last := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	if last == first {
+		return "", "", errors.New("the run did not continue as new")
+	}
+	return id, last, nil
 }
 
 // waitDelivered polls the workflow's state until it delivered version v.
@@ -396,8 +484,9 @@ func waitBlocked(ctx context.Context, c client.Client, id, runID string) (*workf
 // standIns replace package activities.
 type standIns struct {
 	mu       sync.Mutex
-	poisoned map[string]bool // event ids whose publish fails with a retryable "Unroutable"
-	flaky    map[string]int  // event ids whose next regular attempts fail, and how many
+	poisoned map[string]bool    // event ids whose publish fails with a retryable "Unroutable"
+	flaky    map[string]int     // event ids whose next regular attempts fail, and how many
+	settings workflows.Settings // what the worker answers runs of Revision2
 }
 
 func (s *standIns) poison(eventID string) {
@@ -434,6 +523,10 @@ func (s *standIns) publishBatch(_ context.Context, in workflows.PublishBatchInpu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var res workflows.PublishBatchResult
+	if in.Settings {
+		st := s.settings.WithDefaults()
+		res.Settings = &st
+	}
 	if in.LoadCursor {
 		// Nothing delivered yet (as loadCursor): the run from version 1.
 		var run []workflows.EventRef
@@ -448,6 +541,12 @@ func (s *standIns) publishBatch(_ context.Context, in workflows.PublishBatchInpu
 		}
 		in.Events = run
 	}
+	if in.Settings {
+		in.Events = in.Events[:min(len(in.Events), max(res.Settings.PublishBatchSize, 0))]
+		if len(in.Events) == 0 {
+			return res, nil
+		}
+	}
 	for _, ev := range in.Events {
 		if s.poisoned[ev.ID] || s.flaky[ev.ID] > 0 {
 			res.Stopped = fmt.Sprintf("event %s did not publish (stand-in)", ev.ID)
@@ -461,9 +560,17 @@ func (s *standIns) publishBatch(_ context.Context, in workflows.PublishBatchInpu
 	return res, nil
 }
 
-// loadCursor stands in for activities.LoadAggregateCursor: nothing delivered yet.
-func loadCursor(context.Context, workflows.CursorInput) (workflows.CursorResult, error) {
-	return workflows.CursorResult{}, nil
+// loadCursor stands in for activities.LoadAggregateCursor: nothing
+// delivered yet, and the settings when asked.
+func (s *standIns) loadCursor(_ context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
+	var res workflows.CursorResult
+	if in.Settings {
+		s.mu.Lock()
+		st := s.settings.WithDefaults()
+		s.mu.Unlock()
+		res.Settings = &st
+	}
+	return res, nil
 }
 
 // quarantine stands in for activities.QuarantineEvent.

@@ -1,3 +1,5 @@
+//go:build failpoints
+
 package failpoint
 
 import (
@@ -10,8 +12,8 @@ import (
 	"time"
 )
 
-// EnvVar names the environment variable read at the first Inject.
-const EnvVar = "FERRY_FAILPOINTS"
+// Enabled: this build has failpoints (the failpoints build tag).
+const Enabled = true
 
 // Inject runs the action configured for name, if any. Without
 // FERRY_FAILPOINTS it costs one atomic load after the first call.

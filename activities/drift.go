@@ -1,0 +1,315 @@
+package activities
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// The drift check (Maintenance.CheckDrift): the outbox tables compared
+// with the workflows' state, for a sample of recently active aggregates.
+
+// sqlDriftSample picks the aggregates written to or delivered most
+// recently. It reads outbox_aggregates (one narrow row per aggregate) with
+// a top-N sort: an index on updated_at would turn every insert's and every
+// publish's update of that row into a non-HOT update, for a query that
+// runs every few minutes.
+const sqlDriftSample = `
+SELECT aggregate_type, aggregate_id FROM outbox_aggregates
+ORDER BY updated_at DESC
+LIMIT $1`
+
+// sqlDriftRows reads one aggregate's cursor and its rows not yet published
+// near it, through the (aggregate_type, aggregate_id, aggregate_version)
+// index: versions more than 1000 below the cursor are not looked at, so a
+// long-lived aggregate costs no more than a young one.
+const sqlDriftRows = `
+SELECT a.delivered_version,
+       coalesce((array_agg(e.aggregate_version ORDER BY e.aggregate_version)
+           FILTER (WHERE e.status = 'dispatched' AND e.dispatched_at < now() - $3::interval))[1:100], '{}'),
+       coalesce((array_agg(e.aggregate_version ORDER BY e.aggregate_version)
+           FILTER (WHERE e.status = 'quarantined'))[1:100], '{}'),
+       coalesce((array_agg(e.aggregate_version ORDER BY e.aggregate_version)
+           FILTER (WHERE e.status IN ('pending', 'dispatched') AND e.aggregate_version <= a.delivered_version))[1:100], '{}')
+FROM outbox_aggregates a
+LEFT JOIN outbox_events e
+  ON e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
+ AND e.aggregate_version > a.delivered_version - 1000
+ AND e.status IN ('pending', 'dispatched', 'quarantined')
+WHERE a.aggregate_type = $1 AND a.aggregate_id = $2
+GROUP BY a.delivered_version`
+
+// driftCallTimeout bounds one Temporal call of the drift check; a query
+// waits for a worker of the workflow's task queue to answer it.
+const driftCallTimeout = 10 * time.Second
+
+// CheckDrift compares the most recently active aggregates' rows with their
+// workflows' state (query "ferry.state") and reports the aggregates where
+// they disagree. An aggregate that looks drifted is looked at again after
+// Settle and reported only when the same kind of drift is seen again, so a
+// publish in flight (the row is marked before the workflow hears back) is
+// not reported.
+func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (workflows.DriftResult, error) {
+	var res workflows.DriftResult
+	if a.temporal == nil {
+		return res, temporal.NewNonRetryableApplicationError(
+			"this worker's activities have no Temporal client (activities.MaintenanceConfig.Temporal)", "Misconfigured", nil)
+	}
+	in.Sample = min(cmp.Or(in.Sample, workflows.DefaultDriftSample), workflows.MaxDriftSample)
+	in.Grace = cmp.Or(in.Grace, workflows.DefaultDriftGrace)
+	in.Settle = cmp.Or(in.Settle, workflows.DefaultDriftSettle)
+	in.ReconcileAfter = cmp.Or(in.ReconcileAfter, workflows.DefaultReconcileAfter)
+
+	rows, err := a.pool.Query(ctx, sqlDriftSample, in.Sample)
+	if err != nil {
+		return res, fmt.Errorf("sample aggregates: %w", err)
+	}
+	sample, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (aggregateKey, error) {
+		var k aggregateKey
+		return k, r.Scan(&k.typ, &k.id)
+	})
+	if err != nil {
+		return res, fmt.Errorf("sample aggregates: %w", err)
+	}
+	res.Sampled = len(sample)
+
+	type suspect struct {
+		key   aggregateKey
+		found []workflows.Drift
+	}
+	var suspects []suspect
+	for i, k := range sample {
+		found, ok, err := a.lookForDrift(ctx, k, in)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			res.Unchecked++
+		} else if len(found) > 0 {
+			suspects = append(suspects, suspect{k, found})
+		}
+		activity.RecordHeartbeat(ctx, i+1)
+	}
+	if len(suspects) > 0 {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(in.Settle):
+		}
+	}
+	for _, s := range suspects {
+		again, ok, err := a.lookForDrift(ctx, s.key, in)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			res.Unchecked++
+			continue
+		}
+		for _, d := range again {
+			if slices.ContainsFunc(s.found, func(f workflows.Drift) bool { return f.Kind == d.Kind }) {
+				res.Drifted = append(res.Drifted, d)
+				a.maintenance.DriftFound(d.Kind)
+			}
+		}
+		activity.RecordHeartbeat(ctx, res.Sampled)
+	}
+	a.maintenance.DriftChecked(res.Sampled, res.Unchecked)
+	return res, nil
+}
+
+type aggregateKey struct{ typ, id string }
+
+// lookForDrift reads the aggregate's rows, asks its workflow, and reads the
+// rows again: the table moves first (a publish marks the row, then the
+// workflow hears back), so the workflow is compared with the read before
+// it where it may lag and with the read after it where it may not lead.
+// ok is false when the workflow could not be asked.
+func (a *Maintenance) lookForDrift(ctx context.Context, k aggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
+	before, exists, err := a.driftRows(ctx, k, in.Grace)
+	if err != nil || !exists {
+		return nil, true, err
+	}
+	wf, ok := a.driftWorkflow(ctx, workflows.WorkflowID(k.typ, k.id))
+	if !ok {
+		return nil, false, nil
+	}
+	after, exists, err := a.driftRows(ctx, k, in.Grace)
+	if err != nil || !exists {
+		return nil, true, err
+	}
+	return judgeDrift(k, before, wf, after, in), true, nil
+}
+
+// driftTable is what the outbox tables say about one aggregate.
+type driftTable struct {
+	delivered   int64
+	dispatched  []int64 // dispatched longer than the grace ago
+	quarantined []int64
+	below       []int64 // pending or dispatched at or below delivered
+}
+
+func (a *Maintenance) driftRows(ctx context.Context, k aggregateKey, grace time.Duration) (driftTable, bool, error) {
+	var t driftTable
+	err := a.pool.QueryRow(ctx, sqlDriftRows, k.typ, k.id, grace).Scan(&t.delivered, &t.dispatched, &t.quarantined, &t.below)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, false, nil // deleted since the sample was taken
+	}
+	if err != nil {
+		return t, false, fmt.Errorf("read rows of %s/%s: %w", k.typ, k.id, err)
+	}
+	return t, true, nil
+}
+
+// driftWorkflow is what Temporal says about the aggregate's workflow.
+type driftWorkflow struct {
+	id     string
+	status string           // "Running", a closed status, or "not found"
+	state  *workflows.State // when running
+}
+
+func (a *Maintenance) driftWorkflow(ctx context.Context, id string) (driftWorkflow, bool) {
+	wf := driftWorkflow{id: id, status: "not found"}
+	cctx, cancel := context.WithTimeout(ctx, driftCallTimeout)
+	defer cancel()
+	d, err := a.temporal.DescribeWorkflowExecution(cctx, id, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return wf, true
+	case err != nil:
+		activity.GetLogger(ctx).Warn("drift check: describe workflow", "workflow_id", id, "error", err)
+		return wf, false
+	}
+	st := d.GetWorkflowExecutionInfo().GetStatus()
+	if st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		wf.status = st.String()
+		return wf, true
+	}
+	wf.status = "Running"
+	v, err := a.temporal.QueryWorkflow(cctx, id, "", workflows.StateQuery)
+	var state workflows.State
+	if err == nil {
+		err = v.Get(&state)
+	}
+	if err != nil {
+		activity.GetLogger(ctx).Warn("drift check: query workflow state", "workflow_id", id, "error", err)
+		return wf, false
+	}
+	wf.state = &state
+	return wf, true
+}
+
+// judgeDrift compares one aggregate's rows (read before and after asking
+// its workflow) with the workflow. Pure, so every rule has a table test.
+func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after driftTable, in workflows.DriftInput) []workflows.Drift {
+	var out []workflows.Drift
+	add := func(kind, differs, action string) {
+		out = append(out, workflows.Drift{WorkflowID: wf.id, Kind: kind, Differs: differs, Action: action})
+	}
+	where := fmt.Sprintf("aggregate_type = %s AND aggregate_id = %s", sqlQuote(k.typ), sqlQuote(k.id))
+
+	if len(before.below) > 0 && len(after.below) > 0 {
+		add(workflows.DriftBelowCursor,
+			fmt.Sprintf("rows %s are not published but outbox_aggregates.delivered_version is %d", versions(after.below), after.delivered),
+			fmt.Sprintf("no run will publish them (each resumes after delivered_version). If they were delivered, mark them: "+
+				"UPDATE outbox_events SET status = 'published', published_at = now() WHERE %s AND aggregate_version <= %d AND status IN ('pending', 'dispatched'); "+
+				"if not, set delivered_version to %d and terminate the workflow (later versions are published again; consumers deduplicate)",
+				where, after.delivered, after.below[0]-1))
+	}
+
+	// A workflow may publish its last rows and complete between the first
+	// read and the question, so rows count as orphaned only when they are
+	// still there after the workflow was found gone.
+	if wf.state == nil {
+		if len(after.dispatched) > 0 {
+			add(workflows.DriftWorkflowGone,
+				fmt.Sprintf("rows %s are dispatched but the workflow is %s", versions(after.dispatched), wf.status),
+				fmt.Sprintf("nothing to do: the reconciler re-dispatches rows dispatched over %s ago whose workflow is gone; "+
+					"if this aggregate comes back, find what ends its workflow (temporal workflow describe -w %s)", in.ReconcileAfter, wf.id))
+		}
+		if len(after.quarantined) > 0 {
+			add(workflows.DriftWorkflowGone,
+				fmt.Sprintf("row %s is quarantined but the workflow that held it is %s: nothing retries it", versions(after.quarantined), wf.status),
+				fmt.Sprintf("set it back to pending and a new run tries it again: UPDATE outbox_events SET status = 'pending', next_attempt_at = now() WHERE %s AND status = 'quarantined'", where))
+		}
+		return out
+	}
+
+	st := wf.state
+	terminate := fmt.Sprintf("temporal workflow terminate -w %s --reason 'drift'", wf.id)
+	// Versions in flight are marked in the table before the workflow hears
+	// back, but stay among its pending events until then.
+	if before.delivered > st.Delivered && before.delivered != st.Publishing && !slices.Contains(st.Pending, before.delivered) {
+		add(workflows.DriftWorkflowBehind,
+			fmt.Sprintf("outbox_aggregates.delivered_version is %d, the running workflow has delivered %d and holds %s", before.delivered, st.Delivered, versions(st.Pending)),
+			fmt.Sprintf("the workflow would wait for versions the table calls delivered: terminate it (%s); "+
+				"the reconciler re-dispatches its rows and the next run resumes from the table", terminate))
+	}
+	if st.Delivered > after.delivered {
+		add(workflows.DriftWorkflowAhead,
+			fmt.Sprintf("the running workflow has delivered %d, outbox_aggregates.delivered_version says %d", st.Delivered, after.delivered),
+			fmt.Sprintf("delivered_version moved back (a restore, a manual update?). If versions %d to %d are published in outbox_events, "+
+				"set it: UPDATE outbox_aggregates SET delivered_version = %d WHERE %s; otherwise the next run publishes them again (consumers deduplicate)",
+				after.delivered+1, st.Delivered, st.Delivered, where))
+	}
+	var lost []int64
+	for _, v := range before.dispatched {
+		if v > st.Delivered && v != st.Publishing && !slices.Contains(st.Pending, v) {
+			lost = append(lost, v)
+		}
+	}
+	if len(lost) > 0 {
+		add(workflows.DriftSignalLost,
+			fmt.Sprintf("rows %s are dispatched but the running workflow does not hold them (delivered %d, pending %s)", versions(lost), st.Delivered, versions(st.Pending)),
+			fmt.Sprintf("set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): "+
+				"UPDATE outbox_events SET status = 'pending', next_attempt_at = now() WHERE %s AND status = 'dispatched'", where))
+	}
+	return out
+}
+
+// versions writes ascending versions as "v3-v5, v9", at most 10 runs.
+func versions(vs []int64) string {
+	if len(vs) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	runs := 0
+	for i := 0; i < len(vs); {
+		j := i
+		for j+1 < len(vs) && vs[j+1] == vs[j]+1 {
+			j++
+		}
+		if runs == 10 {
+			b.WriteString(", …")
+			break
+		}
+		if runs > 0 {
+			b.WriteString(", ")
+		}
+		if j > i {
+			fmt.Fprintf(&b, "v%d-v%d", vs[i], vs[j])
+		} else {
+			fmt.Fprintf(&b, "v%d", vs[i])
+		}
+		runs++
+		i = j + 1
+	}
+	return b.String()
+}
+
+// sqlQuote quotes s as an SQL string literal, for the statements the
+// advice spells out.
+func sqlQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -1,0 +1,318 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/pgtext"
+	"github.com/ferry-outbox/ferry/internal/telemetry"
+	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// PublishConfig configures Publish.
+type PublishConfig struct {
+	// Pool reaches the outbox tables. Required.
+	Pool *pgxpool.Pool
+	// Publisher sends to RabbitMQ. Required.
+	Publisher *broker.Publisher
+	// Metrics counts publishes and their failures; nil counts nothing.
+	Metrics *metrics.Relay
+	// TracerProvider starts the publish span. Default: the global provider
+	// (otel.GetTracerProvider(); a no-op until one is set).
+	TracerProvider trace.TracerProvider
+	// RoutingKey builds a message's routing key. Default
+	// "<aggregate_type>.<event_type>".
+	RoutingKey func(aggregateType, eventType string) string
+	// Effects resolves the effect workflows to start for a published event
+	// (effects.Router.For). Default: none.
+	Effects func(aggregateType, eventType string) []workflows.EffectStart
+}
+
+// Publish holds the aggregate workflow's publish path: PublishEvent (the
+// regular path, one event), PublishBatch (the fast path) and
+// LoadAggregateCursor. The last two also answer a run that asks with the
+// worker's workflow settings (workflows.Settings), which Register binds.
+type Publish struct {
+	sender
+	pool     *pgxpool.Pool
+	metrics  *metrics.Relay
+	effects  func(aggregateType, eventType string) []workflows.EffectStart
+	settings workflows.Settings
+}
+
+// NewPublish validates cfg.
+func NewPublish(cfg PublishConfig) (*Publish, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("activities: PublishConfig.Pool is nil")
+	}
+	if cfg.Publisher == nil {
+		return nil, errors.New("activities: PublishConfig.Publisher is nil")
+	}
+	if cfg.Effects == nil {
+		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
+	}
+	return &Publish{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), pool: cfg.Pool,
+		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}, nil
+}
+
+// Register registers the publish activities under their wire names,
+// answering runs that ask for settings with settings (zero fields: their
+// defaults). The caller validated them (workflows.Settings.Validate;
+// worker.New does).
+func (a *Publish) Register(r Registry, settings workflows.Settings) {
+	bound := *a
+	bound.settings = settings.WithDefaults()
+	r.RegisterActivityWithOptions(bound.PublishEvent, activity.RegisterOptions{Name: workflows.PublishEventActivity})
+	r.RegisterActivityWithOptions(bound.LoadAggregateCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
+	r.RegisterActivityWithOptions(bound.PublishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
+}
+
+// workflowSettings is the answer to a run that asks: a copy, so no run
+// shares the worker's map.
+func (a *Publish) workflowSettings() *workflows.Settings {
+	s := a.settings
+	if s.Policies != nil {
+		s.Policies = maps.Clone(s.Policies)
+	}
+	return &s
+}
+
+// sender turns an outbox row into an AMQP message and publishes it: the
+// publish path's and a replay's.
+type sender struct {
+	pub        *broker.Publisher
+	routingKey func(aggregateType, eventType string) string
+	tracer     trace.Tracer
+}
+
+func newSender(pub *broker.Publisher, routingKey func(aggregateType, eventType string) string, tp trace.TracerProvider) sender {
+	if routingKey == nil {
+		routingKey = DefaultRoutingKey
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return sender{pub: pub, routingKey: routingKey, tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}
+}
+
+// rowColumns are what a publish reads of an outbox row, in the order of
+// row.fields.
+const rowColumns = `aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
+       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status`
+
+const sqlLoadEvent = `SELECT ` + rowColumns + ` FROM outbox_events WHERE id = $1`
+
+// sqlMarkPublished runs only after the broker's confirm. Advancing
+// delivered_version is what lets a later run of the workflow resume after
+// this event; GREATEST keeps a late, repeated attempt from moving it back.
+const sqlMarkPublished = `
+WITH ev AS (
+    UPDATE outbox_events
+    SET status = 'published', published_at = now(), last_error = NULL
+    WHERE id = $1
+    RETURNING aggregate_type, aggregate_id, aggregate_version
+)
+UPDATE outbox_aggregates a
+SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
+FROM ev
+WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
+
+// sqlNoteError keeps the latest failure on the row for operators; the
+// attempt history itself is in Temporal.
+const sqlNoteError = `UPDATE outbox_events SET last_error = $2 WHERE id = $1 AND status <> 'published'`
+
+const sqlLoadCursor = `
+SELECT delivered_version FROM outbox_aggregates
+WHERE aggregate_type = $1 AND aggregate_id = $2`
+
+// PublishEvent publishes one outbox event with a publisher confirm, then
+// marks it published. A retry after a successful confirm whose mark was lost
+// publishes again: delivery is at-least-once and consumers deduplicate by
+// message id.
+func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (workflows.PublishResult, error) {
+	ev, err := loadEvent(ctx, a.pool, in.EventID)
+	if err != nil {
+		return workflows.PublishResult{}, err
+	}
+	if ev.aggType != in.AggregateType || ev.aggID != in.AggregateID || ev.version != in.Version {
+		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event %s is %s/%s v%d in outbox_events, but was signalled as %s/%s v%d",
+				in.EventID, ev.aggType, ev.aggID, ev.version, in.AggregateType, in.AggregateID, in.Version), ErrTypeMismatch, nil)
+	}
+	effects := a.effects(ev.aggType, ev.eventType)
+	if ev.status == "published" {
+		return workflows.PublishResult{AlreadyPublished: true, Effects: effects}, nil
+	}
+	if err := a.send(ctx, in.EventID, ev); err != nil {
+		noteError(ctx, a.pool, in.EventID, err)
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) {
+			a.metrics.PublishFailed(appErr.Type())
+		}
+		return workflows.PublishResult{}, err
+	}
+	failpoint.Inject("worker.after-confirm")
+	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
+		a.metrics.PublishFailed("MarkPublished")
+		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
+	}
+	a.metrics.Published(ev.aggType, ev.createdAt)
+	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
+	return workflows.PublishResult{Effects: effects}, nil
+}
+
+// loadEvent reads an outbox row, classifying a row that cannot exist as
+// non-retryable.
+func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (row, error) {
+	var ev row
+	err := pool.QueryRow(ctx, sqlLoadEvent, id).Scan(ev.fields()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ev, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", id), ErrTypeEventMissing, nil)
+	}
+	// invalid_text_representation: the id is no UUID, so no row can ever
+	// match. Retrying would block the aggregate forever.
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22P02" {
+		return ev, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("event id %q is not a UUID, so it is not in outbox_events", id), ErrTypeEventMissing, err)
+	}
+	if err != nil {
+		return ev, fmt.Errorf("load event %s: %w", id, err)
+	}
+	return ev, nil
+}
+
+// send publishes the row as an AMQP message and waits for the confirm,
+// classifying failures by ErrType.
+func (a *sender) send(ctx context.Context, id string, ev row) error {
+	msg, span := a.message(ctx, id, ev)
+	defer span.End()
+	err := a.pub.Publish(ctx, msg)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return classifyPublish(err)
+}
+
+// message builds the AMQP message of a row and starts its producer span,
+// a child of the trace stored with the row, whose context travels in the
+// headers: the consumer's span becomes its child, so one trace runs command
+// → outbox → publish → consumer. With no tracer provider set the span
+// records nothing and the headers carry the row's own trace context. The
+// caller ends the span.
+func (a *sender) message(ctx context.Context, id string, ev row) (broker.Message, trace.Span) {
+	headers := amqp.Table{
+		broker.HeaderAggregateType:    ev.aggType,
+		broker.HeaderAggregateID:      ev.aggID,
+		broker.HeaderAggregateVersion: ev.version,
+		broker.HeaderSchemaVersion:    int64(ev.schemaVersion),
+	}
+	key := a.routingKey(ev.aggType, ev.eventType)
+	// The parent is the activity's span when it is in the row's trace,
+	// else the row's own context with a link to the activity's span
+	// (telemetry.PublishParent says why).
+	ctx, links := telemetry.PublishParent(ctx, ev.traceParent, ev.traceState)
+	ctx, span := a.tracer.Start(ctx, "ferry.publish "+key,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(links...),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "rabbitmq"),
+			attribute.String("messaging.message.id", id),
+			attribute.String("messaging.destination.name", key),
+			attribute.String("ferry.aggregate", ev.aggType+"/"+ev.aggID),
+			attribute.Int64("ferry.aggregate_version", ev.version),
+		))
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	for k, v := range carrier {
+		headers[k] = v
+	}
+	return broker.Message{
+		ID:         id,
+		Type:       ev.eventType,
+		RoutingKey: key,
+		Headers:    headers,
+		Body:       ev.payload,
+		Timestamp:  ev.createdAt,
+	}, span
+}
+
+// classifyPublish turns a broker error into the activity's error type.
+// The message is the broker's, so the row's last_error and the log say what
+// the broker said.
+func classifyPublish(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, broker.ErrTooLarge):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeTooLarge, err)
+	case errors.Is(err, broker.ErrRefused):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRefused, err)
+	case errors.Is(err, broker.ErrUnroutable):
+		// Retryable: binding a queue fixes it. When the retries run out the
+		// event is quarantined, never dropped.
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeUnroutable, err)
+	default:
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBroker, err)
+	}
+}
+
+// LoadAggregateCursor reads the highest version of the aggregate delivered in
+// order. An aggregate without a row has delivered nothing. Asked
+// (CursorInput.Settings), it also answers with the workflow settings this
+// worker was registered with.
+func (a *Publish) LoadAggregateCursor(ctx context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
+	var res workflows.CursorResult
+	err := a.pool.QueryRow(ctx, sqlLoadCursor, in.AggregateType, in.AggregateID).Scan(&res.Delivered)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return res, fmt.Errorf("load cursor of %s/%s: %w", in.AggregateType, in.AggregateID, err)
+	}
+	if in.Settings {
+		res.Settings = a.workflowSettings()
+	}
+	return res, nil
+}
+
+func noteError(ctx context.Context, pool *pgxpool.Pool, id string, cause error) {
+	// Detached: the activity's context may be the reason we are here.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, sqlNoteError, id, pgtext.Truncate(cause.Error(), 1000)); err != nil {
+		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
+	}
+}
+
+type row struct {
+	aggType, aggID, eventType string
+	version                   int64
+	schemaVersion             int32
+	traceParent, traceState   string
+	createdAt                 time.Time
+	status                    string
+	payload                   []byte
+}
+
+// fields are scan targets for rowColumns.
+func (ev *row) fields() []any {
+	return []any{&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
+		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status}
+}
