@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/ferry-outbox/ferry/schema"
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
 // Metrics are the counters Ferry's components increment. A nil *Metrics is
@@ -175,35 +174,18 @@ func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.size
 }
 
-// sqlOutboxState groups the small undelivered part of the table through
-// its partial indexes; delivered rows, the bulk, are never read.
-var sqlOutboxState = `
-SELECT aggregate_type, status, count(*), extract(epoch FROM now() - min(created_at))
-FROM (` + schema.Undelivered + `) u
-GROUP BY aggregate_type, status`
-
 func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	failed := 0.0
-	rows, err := c.pool.Query(ctx, sqlOutboxState)
-	if err == nil {
-		for rows.Next() {
-			var aggType, status string
-			var n int64
-			var age float64
-			if err = rows.Scan(&aggType, &status, &n, &age); err != nil {
-				break
-			}
-			ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(n), aggType, status)
-			ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, aggType, status)
-		}
-		rows.Close()
-		err = errors.Join(err, rows.Err())
+	backlog, err := outbox.ReadBacklog(ctx, c.pool)
+	for _, b := range backlog {
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(b.Count), b.AggregateType, b.Status)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, b.OldestAge.Seconds(), b.AggregateType, b.Status)
 	}
 	var size int64
 	if err == nil {
-		err = c.pool.QueryRow(ctx, `SELECT pg_total_relation_size('outbox_events')`).Scan(&size)
+		size, err = outbox.TableBytes(ctx, c.pool)
 	}
 	if err != nil {
 		failed = 1

@@ -18,7 +18,6 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
 // Ambiguous-outcome policies.
@@ -147,8 +147,6 @@ func MessageID(key, domain string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "<" + hex.EncodeToString(sum[:16]) + "@" + domain + ">"
 }
-
-const sqlLoadEvent = `SELECT payload FROM outbox_events WHERE id = $1`
 
 const sqlEnsureRow = `
 INSERT INTO ferry_email_ledger (idempotency_key, message_id, event_id, effect)
@@ -342,14 +340,12 @@ func (a *Activities) render(ctx context.Context, req effects.EmailRequest, msgID
 	if !ok {
 		return "", nil, invalid("e-mail template %q is not configured", req.Template)
 	}
-	var raw []byte
-	err := a.cfg.Pool.QueryRow(ctx, sqlLoadEvent, req.Event.ID).Scan(&raw)
-	var pgErr *pgconn.PgError
+	raw, err := outbox.Payload(ctx, a.cfg.Pool, req.Event.ID)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "22P02":
+	case errors.Is(err, outbox.ErrEventNotFound):
 		return "", nil, invalid("event %s is not in outbox_events", req.Event.ID)
 	case err != nil:
-		return "", nil, fmt.Errorf("load event %s: %w", req.Event.ID, err)
+		return "", nil, err
 	}
 	var payload map[string]any
 	if err := json.Unmarshal(raw, &payload); err != nil {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
 // ActivitiesConfig configures Activities.
@@ -63,21 +62,17 @@ func (a *Activities) Register(r worker.Registry) {
 	r.RegisterActivityWithOptions(a.LookupPayment, activity.RegisterOptions{Name: effects.LookupPaymentActivity})
 }
 
-const sqlLoadPayload = `SELECT payload FROM outbox_events WHERE id = $1`
-
 // PreparePayment reads the event and builds the request every attempt will
 // send. A charge takes its amount (and currency) from the payload; a refund
 // finds the aggregate's charge at the provider by reference. An event that
 // cannot make a request is ErrTypeInvalidEvent (not retried).
 func (a *Activities) PreparePayment(ctx context.Context, in effects.PrepareInput) (effects.PaymentRequest, error) {
-	var raw []byte
-	err := a.cfg.Pool.QueryRow(ctx, sqlLoadPayload, in.Event.ID).Scan(&raw)
-	var pgErr *pgconn.PgError
+	raw, err := outbox.Payload(ctx, a.cfg.Pool, in.Event.ID)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "22P02":
+	case errors.Is(err, outbox.ErrEventNotFound):
 		return effects.PaymentRequest{}, invalid("event %s is not in outbox_events", in.Event.ID)
 	case err != nil:
-		return effects.PaymentRequest{}, fmt.Errorf("load event %s: %w", in.Event.ID, err)
+		return effects.PaymentRequest{}, err
 	}
 	var payload map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &payload); err != nil {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -18,7 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/effects"
-	"github.com/ferry-outbox/ferry/schema"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -130,20 +129,6 @@ type Run[T any] struct {
 	Result *T        `json:"result,omitempty"`
 }
 
-// sqlBacklog reads the undelivered rows through their partial indexes.
-var sqlBacklog = `
-SELECT status, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
-FROM (` + schema.Undelivered + `) u
-GROUP BY status ORDER BY status`
-
-// sqlThroughput reads recent publications; published rows are the bulk of
-// the table and have no index on published_at, so this is a command for a
-// person, not for a scraper (use /metrics there).
-const sqlThroughput = `
-SELECT count(*) FILTER (WHERE published_at > now() - interval '1 minute'),
-       count(*)
-FROM outbox_events WHERE status = 'published' AND published_at > now() - interval '1 hour'`
-
 // effectTypes are the workflow types of the built-in effects, which keep
 // their phase in the memo effects.MemoKey.
 var effectTypes = []string{effects.PaymentWorkflowName, effects.EmailWorkflowName}
@@ -165,22 +150,13 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc conver
 		dc = converter.GetDefaultDataConverter()
 	}
 	s := Snapshot{At: time.Now().UTC(), Namespace: namespace, TaskQueue: taskQueue, Blocked: []Blocked{}, Unheld: []Unheld{}}
-	rows, err := pool.Query(ctx, sqlBacklog)
+	backlog, err := outbox.ReadBacklog(ctx, pool)
 	if err != nil {
-		return s, fmt.Errorf("read backlog: %w", err)
+		return s, err
 	}
-	s.Backlog, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatusCount, error) {
-		var sc StatusCount
-		var age float64
-		err := r.Scan(&sc.Status, &sc.Count, &age)
-		sc.OldestAge = time.Duration(age * float64(time.Second))
-		return sc, err
-	})
-	if err != nil {
-		return s, fmt.Errorf("read backlog: %w", err)
-	}
-	if err := pool.QueryRow(ctx, sqlThroughput).Scan(&s.PublishedLastMinute, &s.PublishedLastHour); err != nil {
-		return s, fmt.Errorf("read throughput: %w", err)
+	s.Backlog = backlogByStatus(backlog)
+	if s.PublishedLastMinute, s.PublishedLastHour, err = outbox.PublishedRecently(ctx, pool); err != nil {
+		return s, err
 	}
 	if s.Blocked, s.BlockedTruncated, err = BlockedAggregates(ctx, c, namespace, maxBlocked); err != nil {
 		return s, err
@@ -236,48 +212,48 @@ func BlockedAggregates(ctx context.Context, c client.Client, namespace string, l
 	}
 }
 
-// sqlQuarantined reads quarantined rows, oldest first, through their
-// partial index (0002); $1 NULL reads all.
-const sqlQuarantined = `
-SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, coalesce(last_error, ''), created_at, payload::text
-FROM outbox_events WHERE status = 'quarantined'
-ORDER BY created_at
-LIMIT $1`
-
 // UnheldRows lists quarantined rows whose event id is not in held (the
 // lower-case event ids BlockedAggregates found), oldest first, at most
 // limit of them (0: all); more says there were more. A row a workflow has
 // just quarantined may show here until Temporal's list shows its block.
 func UnheldRows(ctx context.Context, pool *pgxpool.Pool, held map[string]bool, limit int) (out []Unheld, more bool, err error) {
 	out = []Unheld{}
-	var lim *int
+	n := 0
 	if limit > 0 {
-		n := limit + len(held) + 1
-		lim = &n
+		n = limit + len(held) + 1
 	}
-	rows, err := pool.Query(ctx, sqlQuarantined, lim)
+	all, err := outbox.Quarantined(ctx, pool, n)
 	if err != nil {
-		return out, false, fmt.Errorf("read quarantined rows: %w", err)
+		return out, false, err
 	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unheld, error) {
-		var u Unheld
-		err := r.Scan(&u.EventID, &u.AggregateType, &u.AggregateID, &u.Version, &u.EventType, &u.LastError, &u.CreatedAt, &u.Payload)
-		return u, err
-	})
-	if err != nil {
-		return out, false, fmt.Errorf("read quarantined rows: %w", err)
-	}
-	for _, u := range all {
-		if held[strings.ToLower(u.EventID)] {
+	for _, r := range all {
+		if held[strings.ToLower(r.ID)] {
 			continue
 		}
 		if limit > 0 && len(out) == limit {
 			return out, true, nil
 		}
-		u.ErrorClass = errorClass(u.LastError)
-		out = append(out, u)
+		out = append(out, Unheld{EventID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, Version: r.Version,
+			EventType: r.EventType, ErrorClass: errorClass(r.LastError), LastError: r.LastError, CreatedAt: r.CreatedAt, Payload: r.Payload})
 	}
 	return out, false, nil
+}
+
+// backlogByStatus sums the backlog of every aggregate type by status, in
+// status order, keeping the oldest age.
+func backlogByStatus(rows []outbox.Backlog) []StatusCount {
+	out := []StatusCount{}
+	for _, r := range rows {
+		i := slices.IndexFunc(out, func(sc StatusCount) bool { return sc.Status == r.Status })
+		if i < 0 {
+			out = append(out, StatusCount{Status: r.Status})
+			i = len(out) - 1
+		}
+		out[i].Count += r.Count
+		out[i].OldestAge = max(out[i].OldestAge, r.OldestAge)
+	}
+	slices.SortFunc(out, func(a, b StatusCount) int { return strings.Compare(a.Status, b.Status) })
+	return out
 }
 
 // errorClass reads CLASS from "quarantined (CLASS): …", the form every
