@@ -22,7 +22,6 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/startstop"
-	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -99,9 +98,9 @@ type Config struct {
 	// given up (or re-queued) with `ferry repair`. Attempts are counted at
 	// claim time. Default 3.
 	MaxRefusedAttempts int
-	// Metrics counts claims, signal failures and batch durations; nil
-	// counts nothing.
-	Metrics *metrics.Relay
+	// Metrics counts claims, signal failures, batch durations, refused
+	// events and dispatches (a *metrics.Relay is one); nil counts nothing.
+	Metrics Metrics
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// TracerProvider starts a ferry.dispatch span per signal-with-start,
@@ -139,6 +138,9 @@ const (
 // New validates cfg and fills its defaults.
 func New(cfg Config) (*Poller, error) {
 	cfg = cfg.withDefaults()
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
 	if cfg.Pool == nil {
 		return nil, errors.New("poller: Config.Pool is nil")
 	}
@@ -553,7 +555,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		Revision:         workflows.CurrentRevision,
 	}
 	parts := chunks(g.events, maxRefsPerDispatch)
-	how := metrics.DispatchSignal
+	how := DispatchSignal
 	if p.cfg.StartMode == StartOneShot && !p.recent.seen(id, time.Now()) {
 		started, err := p.startOneShot(ctx, id, parts[0], in)
 		if err != nil {
@@ -561,9 +563,9 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		}
 		if started {
 			parts = parts[1:]
-			how = metrics.DispatchStart
+			how = DispatchStart
 		} else {
-			how = metrics.DispatchStartFallback
+			how = DispatchStartFallback
 		}
 	}
 	// The rest (all of it, unless a one-shot run started) by signal, in

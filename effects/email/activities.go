@@ -24,7 +24,6 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/ferry-outbox/ferry/effects"
-	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -81,7 +80,7 @@ type Config struct {
 	// HelloName sent in EHLO. Default "localhost".
 	HelloName string
 	// Metrics counts sends and ambiguous outcomes; nil counts nothing.
-	Metrics *metrics.Metrics
+	Metrics *Metrics
 }
 
 // Activities are the Email workflow's activities.
@@ -207,7 +206,7 @@ func (a *Activities) SendEmail(ctx context.Context, req effects.EmailRequest) (e
 	}
 
 	reply, outcome, sendErr := a.transact(ctx, to, msg)
-	a.cfg.Metrics.EffectOutcome(effects.KindEmail, outcome)
+	a.cfg.Metrics.outcome(outcome)
 	// Detached: the ledger must learn what happened even when the
 	// activity's context is what ended the transaction.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -218,7 +217,7 @@ func (a *Activities) SendEmail(ctx context.Context, req effects.EmailRequest) (e
 			return res, err
 		}
 		if resend {
-			a.cfg.Metrics.EmailResent()
+			a.cfg.Metrics.resend()
 		}
 		res.Status, res.Reply = effects.EmailSent, reply
 		return res, nil
@@ -229,7 +228,7 @@ func (a *Activities) SendEmail(ctx context.Context, req effects.EmailRequest) (e
 		res.Status, res.Reply = effects.EmailRejected, reply
 		return res, temporal.NewNonRetryableApplicationError(sendErr.Error(), effects.ErrTypeEmailRejected, sendErr, res)
 	case outcomeAmbiguous:
-		a.cfg.Metrics.EmailAmbiguous()
+		a.cfg.Metrics.ambiguousSend()
 		if err := a.cfg.Pool.QueryRow(sctx, sqlMarkAmbiguous, req.Key, 1).Scan(&res.Attempts, &res.Ambiguous); err != nil {
 			return res, fmt.Errorf("ledger: mark %s ambiguous: %w", req.Key, err)
 		}
@@ -255,7 +254,7 @@ func (a *Activities) claim(ctx context.Context, req effects.EmailRequest, res *e
 		newAmbiguous := 0
 		switch status {
 		case "sent", "marked_sent":
-			a.cfg.Metrics.EmailNotResent()
+			a.cfg.Metrics.ledgerStopped()
 			res.Status, res.Reply = effects.EmailAlreadySent, reply
 			return nil
 		case "rejected", "marked_failed":
@@ -271,7 +270,7 @@ func (a *Activities) claim(ctx context.Context, req effects.EmailRequest, res *e
 			}
 			// The attempt that claimed it died mid-transaction: whether
 			// the server accepted is unknown.
-			a.cfg.Metrics.EmailAmbiguous()
+			a.cfg.Metrics.ambiguousSend()
 			newAmbiguous = 1
 			resend = true
 		case "ambiguous":
@@ -329,7 +328,7 @@ func (a *Activities) ResolveEmail(ctx context.Context, in effects.EmailResolveIn
 	if err != nil {
 		return res, fmt.Errorf("ledger: resolve %s: %w", in.Key, err)
 	}
-	a.cfg.Metrics.EffectReconciled(effects.KindEmail)
+	a.cfg.Metrics.outcome(effects.OutcomeReconciled)
 	return res, nil
 }
 
