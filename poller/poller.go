@@ -120,9 +120,10 @@ type Config struct {
 
 // Poller relays pending outbox rows to aggregate workflows.
 type Poller struct {
-	cfg    Config
-	log    *slog.Logger
-	tracer trace.Tracer
+	cfg     Config
+	log     *slog.Logger
+	tracer  trace.Tracer
+	metrics Metrics // cfg.Metrics, or noMetrics
 
 	run    startstop.Runner
 	wake   chan struct{}
@@ -138,9 +139,6 @@ const (
 // New validates cfg and fills its defaults.
 func New(cfg Config) (*Poller, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Metrics == nil {
-		cfg.Metrics = noMetrics{}
-	}
 	if cfg.Pool == nil {
 		return nil, errors.New("poller: Config.Pool is nil")
 	}
@@ -150,7 +148,11 @@ func New(cfg Config) (*Poller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
+	var m Metrics = noMetrics{}
+	if cfg.Metrics != nil {
+		m = cfg.Metrics
+	}
+	return &Poller{cfg: cfg, metrics: m, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
 		recent: newRecentSet(cmp.Or(cfg.IdleTimeout, workflows.DefaultIdleTimeout), recentMax)}, nil
 }
@@ -422,7 +424,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
 		}
 	}
-	p.cfg.Metrics.Batch(len(batch), len(failed), time.Since(start))
+	p.metrics.Batch(len(batch), len(failed), time.Since(start))
 	p.log.Debug("relayed batch", "claimed", len(batch), "aggregates", len(groups), "signalled", len(ok), "failed_aggregates", len(failed))
 	if len(failed) > 0 {
 		return len(batch), fmt.Errorf("signal %d of %d aggregates (first error: %w)", len(failed), len(groups), firstErr)
@@ -463,7 +465,7 @@ func (p *Poller) quarantineRefused(ctx context.Context, f failure) (release []st
 		return append(release, ids...)
 	}
 	for _, t := range types {
-		p.cfg.Metrics.Quarantined(t, ErrClassTemporalRefused)
+		p.metrics.Quarantined(t, ErrClassTemporalRefused)
 	}
 	p.log.Warn("Temporal refused the events as invalid; quarantined them (ferry blocked lists them, ferry repair skips them)",
 		"aggregate", f.workflowID, "events", len(ids), "attempts", give[0].attempts, "error", f.err)
@@ -579,7 +581,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 			return fmt.Errorf("signal-with-start %s: %w", id, err)
 		}
 	}
-	p.cfg.Metrics.Dispatched(how)
+	p.metrics.Dispatched(how)
 	return nil
 }
 
