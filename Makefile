@@ -8,62 +8,79 @@ TOOLS         := $(BIN)/tools
 # Pinned tool versions: bump deliberately, never @latest.
 WORKFLOWCHECK_VERSION := v0.6.0
 
-# Packages that link the embedded Temporal server run without -race: each
-# such test binary is ~200 MB, and -race makes it several times slower. The
-# CLI's few tests of its own run with them; the others that link it (the
-# binary, the dev server, tools) have none: e2e runs them, and go vet
-# compiles them.
-SERVER_PKGS := ./e2e/... ./internal/cli/...
-UNIT_PKGS    = $(shell $(GO) list ./... | grep -v -e /e2e -e /devserver -e /cmd/ferry -e /internal/cli -e /internal/tools)
+# Four modules, each built on its own go.mod; replace directives point them at
+# this tree (no go.work: each module's tests then run on exactly the versions
+# its go.mod selects, the library's on what an embedder gets):
+#   .                 the library an embedder imports (no Temporal server, UI, SQLite, cobra, plotting)
+#   cmd/ferry         the production `ferry` command (cobra tree in cmd/ferry/cli)
+#   examples/orders   a service embedding Ferry, built as its own module
+#   dev               what links the embedded Temporal server: ferry-dev (`ferry dev`),
+#                     devserver, demo, e2e, bench, tools
+MODULES := . cmd/ferry examples/orders dev
+
+# Packages of the dev module that link the embedded Temporal server run
+# without -race: each such test binary is ~200 MB, and -race makes it several
+# times slower. The benchmark's unit tests do not link it.
+DEV_RACE_PKGS   := ./bench/...
+DEV_SERVER_PKGS := ./e2e/...
 
 .PHONY: help
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: build ## Run Ferry on the embedded Temporal server with the UI and a demo producer
+run: build-dev ## Run Ferry on the embedded Temporal server with the UI and a demo producer (bin/ferry-dev dev)
 	@echo "Temporal UI will be at http://127.0.0.1:8233 — Ctrl-C stops everything."
-	./$(BIN)/ferry dev
+	./$(BIN)/ferry-dev dev
 
 .PHONY: build
-build: ## Build bin/ferry (the first build compiles the Temporal server: 5-20 minutes)
+build: build-ferry build-dev ## Build bin/ferry (production, no embedded server) and bin/ferry-dev (with `ferry dev`)
+
+.PHONY: build-ferry
+build-ferry:
 	@mkdir -p $(BIN)
-	@test -x $(BIN)/ferry || echo "building bin/ferry; the first build compiles the Temporal server and takes several minutes…"
-	$(GO) build -o $(BIN)/ferry ./cmd/ferry
+	cd cmd/ferry && $(GO) build -o $(CURDIR)/$(BIN)/ferry .
+
+.PHONY: build-dev
+build-dev:
+	@mkdir -p $(BIN)
+	@test -x $(BIN)/ferry-dev || echo "building bin/ferry-dev; the first build compiles the Temporal server and takes several minutes…"
+	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
 
 .PHONY: test
-test: browser ## Run all tests against local PostgreSQL, RabbitMQ and an embedded Temporal server
-	$(GO) vet ./...
-	$(GO) vet -tags faults ./e2e/
-	$(GO) test -race -count=1 $(UNIT_PKGS)
+test: browser vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
+	$(GO) test -race -count=1 ./...
+	cd cmd/ferry && $(GO) test -race -count=1 ./...
+	cd examples/orders && $(GO) test -race -count=1 ./...
+	cd dev && $(GO) test -race -count=1 $(DEV_RACE_PKGS)
 	@mkdir -p test-output
-	$(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(SERVER_PKGS)
+	cd dev && $(GO) test -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(DEV_SERVER_PKGS)
 	@echo "screenshots and other test artifacts: test-output/_artifacts/"
 
 # The long fault runs are built only with the faults tag: without it they are
 # not in the test binary. Figures go to the -v output.
 .PHONY: test-faults
 test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000): ~40 min
-	$(GO) test -tags faults -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
+	cd dev && $(GO) test -tags faults -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
-# The benchmark measures bin/ferry as built from this tree, so both targets
-# build it first. BENCH_FLAGS adds flags (ferry-bench -h lists them), e.g.
+# The benchmark measures bin/ferry (the production binary) as built from this
+# tree, so both targets build it first. BENCH_FLAGS adds flags (ferry-bench -h lists them), e.g.
 # make bench BENCH_FLAGS='-workloads burst,steady-100 -reps 5', or
 # BENCH_FLAGS='-sources poll,wal' for Ferry with both relay sources side by
 # side (on a PostgreSQL cluster the bench starts itself, wal_level=logical).
 .PHONY: bench
-bench: build bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 1 hour)
+bench: build-ferry bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 1 hour)
 	./$(BIN)/ferry-bench $(BENCH_FLAGS)
 
 .PHONY: bench-quick
-bench-quick: build bench-bin ## The benchmark at 1/10 size, 1 rep (about 3 min with the builds)
+bench-quick: build-ferry bench-bin ## The benchmark at 1/10 size, 1 rep (about 3 min with the builds)
 	./$(BIN)/ferry-bench -scale 0.1 -reps 1 -duration 10s -commit-duration 3s $(BENCH_FLAGS)
 
 .PHONY: bench-bin
 bench-bin:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ferry-bench ./cmd/ferry-bench
-	$(GO) build -o $(BIN)/ferry-bench-temporal ./cmd/ferry-bench-temporal
+	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-bench ./cmd/ferry-bench
+	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-bench-temporal ./cmd/ferry-bench-temporal
 
 .PHONY: browser
 browser: ## Install headless Chromium (Debian package) for the UI test, if missing
@@ -75,17 +92,29 @@ browser: ## Install headless Chromium (Debian package) for the UI test, if missi
 check: lint test ## lint + test (what CI runs)
 
 .PHONY: lint
-lint: $(TOOLS)/workflowcheck ## gofmt, go vet, workflowcheck
+lint: $(TOOLS)/workflowcheck vet ## gofmt, go mod tidy and go vet (every module), workflowcheck
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
-	$(GO) vet ./...
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $$m are not tidy: cd $$m && go mod tidy"; exit 1; }; done
 	$(TOOLS)/workflowcheck ./workflows/... ./effects/...
+
+# go vet in every module, and the dev module with the faults tag (the long
+# fault runs are built only with it).
+.PHONY: vet
+vet:
+	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
+	cd dev && $(GO) vet -tags faults ./...
+
+# go mod download in every module (CI, on a clean clone).
+.PHONY: download
+download:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod download); done
 
 $(TOOLS)/workflowcheck:
 	@mkdir -p $(TOOLS)
 	GOBIN=$(abspath $(TOOLS)) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
 .PHONY: migrate
-migrate: build ## Apply Ferry's migrations to FERRY_POSTGRES_URL (default: local postgres)
+migrate: build-ferry ## Apply Ferry's migrations to FERRY_POSTGRES_URL (default: local postgres)
 	./$(BIN)/ferry migrate
 
 .PHONY: clean

@@ -140,9 +140,10 @@ func requireDependsOn(t *testing.T, c compose, service, dep, condition string) {
 	require.Equal(t, condition, d.Condition, "%s on %s", service, dep)
 }
 
-// The Dockerfile builds with the Go version of go.mod, without cgo (the
-// embedded Temporal server's SQLite is pure Go), into a non-root image
-// whose entry point is the path the compose health checks use.
+// The Dockerfile builds the production command module (cmd/ferry, no
+// embedded Temporal server) with the Go version of go.mod, without cgo, into
+// a non-root image whose entry point is the path the compose health checks
+// use.
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("Dockerfile")
@@ -165,6 +166,7 @@ func TestDockerfile(t *testing.T) {
 	require.Contains(t, final, ":nonroot")
 	df := string(raw)
 	require.Contains(t, df, "CGO_ENABLED=0")
+	require.Regexp(t, `cd cmd/ferry && CGO_ENABLED=0 go build .* \.\n`, df, "the image carries the production binary, not ferry-dev")
 	last := df[strings.LastIndex(df, "FROM "):]
 	require.Regexp(t, `(?m)^USER nonroot`, last, "the final stage runs as non-root")
 	require.Contains(t, last, `ENTRYPOINT ["/ferry"]`)

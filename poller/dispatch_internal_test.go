@@ -65,7 +65,7 @@ func TestMarkDispatched(t *testing.T) {
 }
 
 // Drain ends at the first failed batch (its rows back off) and on an
-// empty one; the claims that succeed end to end are in e2e/wal_test.go.
+// empty one; the claims that succeed end to end are in dev/e2e/wal_test.go.
 func TestDrainStopsAtTheFirstErrorAndOnNothing(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)

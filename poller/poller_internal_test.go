@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 // These tests give the poller a Temporal client aimed at a port where nothing
 // listens: every signal fails after SignalTimeout, which is what the failure
 // paths need. The success path (Temporal accepts, rows marked dispatched) is
-// covered end to end in e2e/.
+// covered end to end in dev/e2e/.
 const testSignalTimeout = 200 * time.Millisecond
 
 // deadTemporal returns a lazy Temporal client for an address nobody listens

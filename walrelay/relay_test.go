@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // These tests run the stream against a private PostgreSQL with
 // wal_level=logical and a recording dispatcher in place of Temporal; the
 // same paths through real Temporal, with the fault suite's checker, are in
-// e2e/wal_test.go.
+// dev/e2e/wal_test.go.
 
 // recorder stands in for *poller.Poller: it records what the stream
 // dispatched, refuses it while refuse is set, marks rows with the

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 }
 
 // These tests never reach a Temporal server: polling for real is covered end
-// to end in e2e/. Nothing here dials PostgreSQL or RabbitMQ either: the
+// to end in dev/e2e/. Nothing here dials PostgreSQL or RabbitMQ either: the
 // activities only need to exist.
 
 // temporalAt returns a lazy client for addr; it dials only when used.

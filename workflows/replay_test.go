@@ -21,7 +21,7 @@ import (
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
-// The histories were recorded from real runs by internal/tools/recordhistory
+// The histories were recorded from real runs by dev/tools/recordhistory
 // (-scenario aggregate and -scenario quarantine). The workflow must keep
 // replaying them; a change that does not is a non-deterministic change and
 // needs workflow.GetVersion.

@@ -18,9 +18,9 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
+	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
-	"github.com/ferry-outbox/ferry/sandbox/smtpsink"
 )
 
 type bundle struct {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/payment"
+	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
-	"github.com/ferry-outbox/ferry/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 

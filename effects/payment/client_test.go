@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/effects/payment"
-	"github.com/ferry-outbox/ferry/sandbox/payprovider"
+	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 )
 
 type bundle struct {

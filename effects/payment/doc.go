@@ -12,6 +12,6 @@
 //
 // The package owns the wire format of the provider's API and the reading
 // of the event payload that a charge is made from. It does not own retries
-// (the workflow's activity options) nor the provider (sandbox/payprovider
+// (the workflow's activity options) nor the provider (internal/sandbox/payprovider
 // for local runs).
 package payment

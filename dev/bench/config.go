@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config configures a benchmark run. Main fills it from flags.
+type Config struct {
+	// Scale multiplies the event counts of the burst, one-per-agg, hot and
+	// backlog workloads and the ceiling's workflows. Default 1.
+	Scale float64
+	// Reps is how often each workload runs per system; figures are medians.
+	// Default 3.
+	Reps int
+	// Workloads to run, from WorkloadNames. Default all.
+	Workloads []string
+	// Systems to run, "ferry" and/or "plain". Default both.
+	Systems []string
+	// Sources are the relay sources Ferry runs with, each a run of its own
+	// per workload and rep: "poll" (--source poll, as shipped) and/or
+	// "wal" (--source wal). Default poll. With wal the bench starts a
+	// PostgreSQL cluster of its own (PostgresBin, wal_level=logical) and
+	// every system and source runs on it, so that all see the same server;
+	// PostgresURL must then be empty.
+	Sources []string
+	// PostgresBin holds initdb and pg_ctl for the bench's own cluster
+	// (Sources with wal). Default /usr/lib/postgresql/15/bin.
+	PostgresBin string
+	// SteadyDuration is how long each steady-rate workload produces.
+	// Default 60s.
+	SteadyDuration time.Duration
+	// CommitDuration is how long each producer commit-rate variant runs.
+	// Default 10s.
+	CommitDuration time.Duration
+	// Clients is the number of concurrent producer transactions. Default 16.
+	Clients int
+	// OutDir receives results.json, latency.png and logs/. Default
+	// "bench-output".
+	OutDir string
+	// FerryBin is the ferry binary under test. Default "bin/ferry".
+	FerryBin string
+	// Self is this benchmark's binary, re-executed for the plain relay.
+	// Default os.Executable().
+	Self string
+	// TemporalBin is dev/cmd/ferry-bench-temporal's binary. Default
+	// "ferry-bench-temporal" next to Self.
+	TemporalBin string
+	// PostgresURL is the database the bench schema is made in. Default
+	// Ferry's, postgres://postgres@127.0.0.1:5432/postgres; with Sources
+	// wal, the bench's own cluster (set once it started).
+	PostgresURL string
+	// Schema is the bench-only schema; it is dropped and created afresh.
+	// Default "ferry_bench".
+	Schema string
+	// AMQPURL of RabbitMQ. Default amqp://guest:guest@127.0.0.1:5672/.
+	AMQPURL string
+	// Exchange the systems publish to. Default "ferry.bench".
+	Exchange string
+	// StallTimeout ends a run whose consumer received nothing new for this
+	// long; the missing events count as lost. Default 2m.
+	StallTimeout time.Duration
+	// HistorySample is how many aggregates' workflow histories per Ferry
+	// run are read event by event; with more aggregates the totals are
+	// estimated from a uniform sample. Default 300.
+	HistorySample int
+	// RelayBatchSize is the plain relay's claim size. Default 500.
+	RelayBatchSize int
+	// Settle is how long a Ferry run waits after its last event arrived
+	// before it waits for the server to go idle and reads its counts and
+	// the Temporal histories. Default 1s: the last workflow tasks are in,
+	// the idle completion of each aggregate workflow (after ferry's
+	// --idle-timeout, 1m) is not; more than the idle timeout counts that
+	// too.
+	Settle time.Duration
+}
+
+// Workload names, in the order they run.
+const (
+	WorkloadCommit    = "commit"
+	WorkloadBurst     = "burst"
+	WorkloadOnePerAgg = "one-per-agg"
+	WorkloadCeiling   = "ceiling"
+	WorkloadHot       = "hot"
+	WorkloadSteady100 = "steady-100"
+	WorkloadSteady500 = "steady-500"
+	WorkloadBacklog   = "backlog"
+)
+
+// WorkloadNames lists every workload in run order.
+// The ceiling runs next to one-per-agg, which it is compared with, on a
+// Temporal database of about the same size.
+var WorkloadNames = []string{WorkloadCommit, WorkloadBurst, WorkloadOnePerAgg, WorkloadCeiling, WorkloadHot, WorkloadSteady100, WorkloadSteady500, WorkloadBacklog}
+
+// Systems under test.
+const (
+	SystemFerry = "ferry"
+	SystemPlain = "plain"
+)
+
+// Ferry's relay sources (cmd/ferry/cli's --source).
+const (
+	SourcePoll = "poll"
+	SourceWAL  = "wal"
+)
+
+// SourceNames lists the sources in run order.
+var SourceNames = []string{SourcePoll, SourceWAL}
+
+// defaultPostgresBin is where Debian's PostgreSQL 15 keeps initdb and
+// pg_ctl, as for the tests' private clusters (internal/testenv).
+const defaultPostgresBin = "/usr/lib/postgresql/15/bin"
+
+// privateCluster says whether the bench runs on a PostgreSQL cluster of
+// its own: log tailing needs wal_level=logical, which the shared server
+// does not have, and both sources must see the same server.
+func (c Config) privateCluster() bool { return slices.Contains(c.Sources, SourceWAL) }
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// WithDefaults fills the defaults and validates c.
+func (c Config) WithDefaults() (Config, error) {
+	c.Scale = cmp.Or(c.Scale, 1)
+	c.Reps = cmp.Or(c.Reps, 3)
+	if len(c.Workloads) == 0 {
+		c.Workloads = slices.Clone(WorkloadNames)
+	}
+	if len(c.Systems) == 0 {
+		c.Systems = []string{SystemFerry, SystemPlain}
+	}
+	if len(c.Sources) == 0 {
+		c.Sources = []string{SourcePoll}
+	}
+	for _, s := range c.Sources {
+		if !slices.Contains(SourceNames, s) {
+			return c, fmt.Errorf("bench: Config.Sources: unknown source %q; known: %s", s, strings.Join(SourceNames, ", "))
+		}
+	}
+	slices.SortFunc(c.Sources, func(a, b string) int {
+		return slices.Index(SourceNames, a) - slices.Index(SourceNames, b)
+	})
+	c.Sources = slices.Compact(c.Sources)
+	if c.privateCluster() {
+		if c.PostgresURL != "" {
+			return c, fmt.Errorf("bench: Config.PostgresURL %s: with source wal the bench runs every system on a PostgreSQL cluster of its own (wal_level=logical); leave the URL out", redactURL(c.PostgresURL))
+		}
+		c.PostgresBin = cmp.Or(c.PostgresBin, defaultPostgresBin)
+	}
+	c.SteadyDuration = cmp.Or(c.SteadyDuration, time.Minute)
+	c.CommitDuration = cmp.Or(c.CommitDuration, 10*time.Second)
+	c.Clients = cmp.Or(c.Clients, 16)
+	c.OutDir = cmp.Or(c.OutDir, "bench-output")
+	c.FerryBin = cmp.Or(c.FerryBin, "bin/ferry")
+	if c.TemporalBin == "" && c.Self != "" {
+		c.TemporalBin = filepath.Join(filepath.Dir(c.Self), "ferry-bench-temporal")
+	}
+	if !c.privateCluster() {
+		c.PostgresURL = cmp.Or(c.PostgresURL, "postgres://postgres@127.0.0.1:5432/postgres")
+	}
+	c.Schema = cmp.Or(c.Schema, "ferry_bench")
+	c.AMQPURL = cmp.Or(c.AMQPURL, "amqp://guest:guest@127.0.0.1:5672/")
+	c.Exchange = cmp.Or(c.Exchange, "ferry.bench")
+	c.StallTimeout = cmp.Or(c.StallTimeout, 2*time.Minute)
+	c.HistorySample = cmp.Or(c.HistorySample, 300)
+	c.RelayBatchSize = cmp.Or(c.RelayBatchSize, 500)
+	c.Settle = cmp.Or(c.Settle, time.Second)
+
+	switch {
+	case c.Scale <= 0 || c.Scale > 10 || math.IsNaN(c.Scale):
+		return c, fmt.Errorf("bench: Config.Scale %g: must be above 0 and at most 10", c.Scale)
+	case c.Reps < 1:
+		return c, fmt.Errorf("bench: Config.Reps %d: must be at least 1", c.Reps)
+	case c.SteadyDuration < time.Second:
+		return c, fmt.Errorf("bench: Config.SteadyDuration %s: must be at least 1s", c.SteadyDuration)
+	case c.CommitDuration < time.Second:
+		return c, fmt.Errorf("bench: Config.CommitDuration %s: must be at least 1s", c.CommitDuration)
+	case c.Clients < 1 || c.Clients > 200:
+		return c, fmt.Errorf("bench: Config.Clients %d: must be between 1 and 200", c.Clients)
+	case !schemaName.MatchString(c.Schema) || c.Schema == "public":
+		return c, fmt.Errorf("bench: Config.Schema %q: use a bench-only schema name of lower-case letters, digits and '_' (it is dropped)", c.Schema)
+	case c.StallTimeout < time.Second:
+		return c, fmt.Errorf("bench: Config.StallTimeout %s: must be at least 1s", c.StallTimeout)
+	case c.Settle < 0:
+		return c, fmt.Errorf("bench: Config.Settle %s: must not be negative", c.Settle)
+	case c.HistorySample < 1:
+		return c, fmt.Errorf("bench: Config.HistorySample %d: must be at least 1", c.HistorySample)
+	}
+	for _, w := range c.Workloads {
+		if !slices.Contains(WorkloadNames, w) {
+			return c, fmt.Errorf("bench: Config.Workloads: unknown workload %q; known: %s", w, strings.Join(WorkloadNames, ", "))
+		}
+	}
+	for _, s := range c.Systems {
+		if s != SystemFerry && s != SystemPlain {
+			return c, fmt.Errorf("bench: Config.Systems: unknown system %q; known: ferry, plain", s)
+		}
+	}
+	if len(c.Workloads) == 0 {
+		return c, errors.New("bench: Config.Workloads is empty")
+	}
+	// Run in the documented order whatever order the flag listed.
+	slices.SortFunc(c.Workloads, func(a, b string) int {
+		return slices.Index(WorkloadNames, a) - slices.Index(WorkloadNames, b)
+	})
+	c.Workloads = slices.Compact(c.Workloads)
+	return c, nil
+}
+
+// shape is how a workload produces its events.
+type shape struct {
+	name string
+	// what describes the workload in one line of output.
+	what string
+	// aggregates × eventsPerTx events in one transaction per aggregate, or
+	// for hot, txs transactions of eventsPerTx events on one aggregate.
+	aggregates, eventsPerTx, txs int
+	payloadBytes                 int
+	// rate > 0: a steady workload, one event per transaction at rate/s
+	// for the steady duration, cycling over aggregates.
+	rate float64
+	// backlog: every event is committed before the system starts.
+	backlog bool
+}
+
+// events is how many events the shape commits (steady: the planned count).
+func (s shape) events(steady time.Duration) int {
+	if s.rate > 0 {
+		return int(s.rate * steady.Seconds())
+	}
+	return s.txs * s.eventsPerTx
+}
+
+// aggregateIDs are the aggregates a run of the shape with this many events
+// wrote to.
+func (s shape) aggregateIDs(events int) []string {
+	n := s.aggregates
+	if s.rate > 0 {
+		n = min(n, events)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = aggregateID(i)
+	}
+	return ids
+}
+
+// shapeOf returns the shape of a delivery workload at scale.
+func shapeOf(name string, scale float64) shape {
+	n := func(x int) int { return max(1, int(math.Round(float64(x)*scale))) }
+	switch name {
+	case WorkloadBurst:
+		a := n(1000)
+		return shape{name: name, what: fmt.Sprintf("%s aggregates × 10 events, 1 KiB payloads, one transaction per aggregate", count(a)),
+			aggregates: a, eventsPerTx: 10, txs: a, payloadBytes: 1024}
+	case WorkloadOnePerAgg:
+		a := n(10000)
+		return shape{name: name, what: fmt.Sprintf("%s aggregates × 1 event, one transaction each", count(a)),
+			aggregates: a, eventsPerTx: 1, txs: a, payloadBytes: 128}
+	case WorkloadHot:
+		t := n(500)
+		return shape{name: name, what: fmt.Sprintf("%s events on one aggregate, 10 per transaction", count(t*10)),
+			aggregates: 1, eventsPerTx: 10, txs: t, payloadBytes: 128}
+	case WorkloadSteady100, WorkloadSteady500:
+		r := 100.0
+		if name == WorkloadSteady500 {
+			r = 500
+		}
+		return shape{name: name, what: fmt.Sprintf("%g events/s, one per transaction, over 100 aggregates", r),
+			aggregates: 100, eventsPerTx: 1, payloadBytes: 128, rate: r}
+	case WorkloadBacklog:
+		a := n(10000)
+		return shape{name: name, what: fmt.Sprintf("%s events (%s aggregates × 10) committed while the relay is stopped, then drained", count(a*10), count(a)),
+			aggregates: a, eventsPerTx: 10, txs: a, payloadBytes: 128, backlog: true}
+	}
+	panic("bench: no shape for workload " + name)
+}
+
+// count formats n with thousands separators: 10000 → "10,000".
+func count(n int) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + count(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

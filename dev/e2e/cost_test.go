@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/dev/devserver"
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// scrapeSum adds up every sample of the named metrics in a Prometheus text
+// scrape (all label sets).
+func scrapeSum(t *testing.T, url string, names ...string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, "{")
+		if i := strings.IndexByte(name, ' '); i >= 0 {
+			name = name[:i]
+		}
+		if !want[name] {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if !strings.Contains(line, "{") {
+			fields = strings.Fields(line)
+		}
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		require.NoError(t, err, line)
+		out[name] += v
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+// Names as the embedded server's OpenTelemetry Prometheus exporter writes
+// them: a counter gets _total; the state-transition histogram is
+// dimensionless (_ratio), and one observation is one persisted transition.
+const (
+	metricActions     = "action_total"
+	metricTransitions = "state_transition_count_ratio_count"
+)
+
+// A one-event aggregate costs the engine two state transitions and two
+// billed actions and starts no timer, read from the server's own metrics:
+// an eager one-shot start (create + first workflow task in one
+// transition) whose first task publishes and completes the run. Pollers
+// apart from the worker (no eager start) and the keep-alive start,
+// measured the same way, cost more: the comparison proves the figures can
+// tell them apart.
+func TestOneEventAggregateCost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", freePort(t))
+	addr := strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics")
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(sctx, devserver.Config{Address: "127.0.0.1:0", SearchAttributes: workflows.SearchAttributeTypes, MetricsAddress: addr})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: testenv.QuietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+
+	// Pollers in a process of their own: the start cannot be eager.
+	apart, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: testenv.QuietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(apart.Close)
+
+	measure := func(t *testing.T, mode string, idle time.Duration, pollers client.Client) (transitions, actions float64) {
+		e := setup(t)
+		e.startFerry(t, ferryOpts{shared: c, temporal: pollers, startMode: mode, idleTimeout: idle})
+		// The first workflow of a task queue pays for the queue itself.
+		_, err := e.commit(ctx, "warm-up", false)
+		require.NoError(t, err)
+		require.Len(t, e.br.Collect(t, 1, time.Minute), 1)
+		waitClosed(t, c, workflows.WorkflowID(e.aggType, "warm-up"))
+
+		const n = 20
+		before := scrapeSum(t, metricsURL, metricActions, metricTransitions)
+		for i := range n {
+			_, err := e.commit(ctx, aggID(i), false)
+			require.NoError(t, err)
+		}
+		require.Len(t, e.br.Collect(t, n, time.Minute), n)
+		for i := range n {
+			id := workflows.WorkflowID(e.aggType, aggID(i))
+			waitClosed(t, c, id)
+			requireNoTimer(t, c, id, mode)
+		}
+		after := scrapeSum(t, metricsURL, metricActions, metricTransitions)
+		return (after[metricTransitions] - before[metricTransitions]) / n, (after[metricActions] - before[metricActions]) / n
+	}
+
+	oneShotST, oneShotActions := measure(t, "", 0, nil)
+	t.Logf("one-shot: %.2f state transitions, %.2f actions per one-event aggregate", oneShotST, oneShotActions)
+	require.LessOrEqual(t, oneShotST, 2.0)
+	require.LessOrEqual(t, oneShotActions, 2.0)
+	require.Positive(t, oneShotST, "the scrape saw no transitions: the metric's name is wrong")
+
+	apartST, apartActions := measure(t, "", 0, apart)
+	t.Logf("one-shot, pollers apart from the worker: %.2f state transitions, %.2f actions per one-event aggregate", apartST, apartActions)
+	require.LessOrEqual(t, apartST, 3.0)
+	require.Greater(t, apartST, oneShotST, "not eager, yet as cheap: the figures cannot tell")
+
+	keepST, keepActions := measure(t, "keep-alive", time.Second, nil)
+	t.Logf("keep-alive: %.2f state transitions, %.2f actions per one-event aggregate", keepST, keepActions)
+	require.Greater(t, keepST, oneShotST)
+	require.Greater(t, keepActions, oneShotActions)
+}
+
+// waitClosed waits until the workflow's latest run is closed.
+func waitClosed(t *testing.T, c client.Client, id string) {
+	t.Helper()
+	waitFor(t, time.Minute, id+" to close", func() bool {
+		d, err := c.DescribeWorkflowExecution(context.Background(), id, "")
+		return err == nil && d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	})
+}
+
+// requireNoTimer checks a one-shot run's history for timers (a keep-alive
+// run has its idle timer).
+func requireNoTimer(t *testing.T, c client.Client, id, mode string) {
+	t.Helper()
+	timers := 0
+	it := c.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if ev.GetEventType() == enumspb.EVENT_TYPE_TIMER_STARTED {
+			timers++
+		}
+	}
+	if mode == "keep-alive" {
+		require.Positive(t, timers, "%s: a keep-alive run without its idle timer", id)
+	} else {
+		require.Zero(t, timers, "%s: a one-shot run started a timer", id)
+	}
+}

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/ferry-outbox/ferry/dev/devserver"
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// Faults that need more than a proxy: a Temporal server a test may stop, and
+// RabbitMQ's memory alarm.
+
+// ownTemporal is a Temporal server of one test's own, in a process of its
+// own (this binary, childEnv=temporal) on a fixed port and a SQLite file, so
+// that the test can kill it and start it again as it was. A process, not a
+// second server in this one: a server that fails to start can take its
+// process down (it ignores Fatal with the dev server's silent logger), and
+// a restart must not share state with the first server.
+type ownTemporal struct {
+	addr, namespace, dbPath string
+	proc                    *child
+	client                  client.Client
+}
+
+// Settings of a Temporal server child.
+const (
+	temporalAddrEnv = "FERRY_E2E_TEMPORAL_ADDRESS"
+	temporalDBEnv   = "FERRY_E2E_TEMPORAL_DB"
+	// temporalPortsEnv: the 7 internal ports, comma-separated (optional).
+	temporalPortsEnv = "FERRY_E2E_TEMPORAL_PORTS"
+	temporalReady    = "temporal: ready"
+)
+
+// temporalServerMain is a child process (childEnv=temporal): an embedded
+// Temporal server on the given address and SQLite file until SIGTERM.
+func temporalServerMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var ports []int
+	for _, p := range strings.FieldsFunc(os.Getenv(temporalPortsEnv), func(r rune) bool { return r == ',' }) {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "temporal: %s: %v\n", temporalPortsEnv, err)
+			return 1
+		}
+		ports = append(ports, n)
+	}
+	srv, err := devserver.Start(sctx, devserver.Config{
+		DatabasePath: os.Getenv(temporalDBEnv), Address: os.Getenv(temporalAddrEnv), SearchAttributes: workflows.SearchAttributeTypes,
+		InternalPorts: ports,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "temporal: %v\n", err)
+		return 1
+	}
+	fmt.Println(temporalReady)
+	<-ctx.Done()
+	_ = srv.Stop()
+	return 0
+}
+
+// startOwnTemporal starts the server; it is stopped at cleanup, after the
+// test's processes.
+func startOwnTemporal(t *testing.T) *ownTemporal {
+	t.Helper()
+	o := &ownTemporal{addr: testenv.ClosedAddr(t), namespace: "default", dbPath: filepath.Join(t.TempDir(), "temporal.db")}
+	o.start(t)
+	t.Cleanup(func() { o.kill() })
+	c, err := client.Dial(client.Options{HostPort: o.addr, Namespace: o.namespace, Logger: testenv.QuietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	o.client = c
+	return o
+}
+
+// start starts the server process and waits until its frontend answers. A
+// start can fail when another process took one of the ports it picked in
+// the meantime: it is tried three times.
+func (o *ownTemporal) start(t *testing.T) {
+	t.Helper()
+	for try := 1; ; try++ {
+		cmd := exec.Command(os.Args[0])
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.Env = append(os.Environ(), childEnv+"=temporal", temporalAddrEnv+"="+o.addr, temporalDBEnv+"="+o.dbPath)
+		require.NoError(t, cmd.Start())
+		c := &child{cmd: cmd, out: out, done: make(chan struct{})}
+		go func() { c.err = cmd.Wait(); close(c.done) }()
+		deadline := time.After(2 * time.Minute)
+		for !strings.Contains(out.String(), temporalReady) && !c.exited() {
+			select {
+			case <-deadline:
+				c.kill()
+				t.Fatalf("Temporal server did not start within 2 minutes:\n%s", out.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if !c.exited() {
+			o.proc = c
+			return
+		}
+		if try == 3 {
+			t.Fatalf("Temporal server did not start (%v):\n%s", c.err, out.String())
+		}
+		t.Logf("Temporal server failed to start (%v), trying again:\n%s", c.err, out.String())
+	}
+}
+
+// kill SIGKILLs the server: it has no chance to flush or say goodbye.
+func (o *ownTemporal) kill() {
+	if o.proc != nil {
+		o.proc.kill()
+		o.proc = nil
+	}
+}
+
+// env points a ferry process at this server.
+func (o *ownTemporal) env() []string {
+	return []string{"FERRY_TEMPORAL_ADDRESS=" + o.addr, "FERRY_TEMPORAL_NAMESPACE=" + o.namespace}
+}
+
+// rabbitmqctl runs the test broker's CLI: the command line in
+// FERRY_TEST_RABBITMQCTL (e.g. "docker exec rabbitmq rabbitmqctl"), default
+// rabbitmqctl on this machine.
+func rabbitmqctl(args ...string) (string, error) {
+	cmdline := strings.Fields(cmp.Or(os.Getenv("FERRY_TEST_RABBITMQCTL"), "rabbitmqctl"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, cmdline[0], append(cmdline[1:], args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// memoryAlarm raises RabbitMQ's memory alarm by setting the high watermark
+// to 0.0000001 of the machine's memory, and waits until the broker reports
+// it. The returned func restores the watermark the broker had; cleanup calls
+// it too, so the shared broker is restored even when the test fails.
+func memoryAlarm(t *testing.T) (clear func()) {
+	t.Helper()
+	cur, err := rabbitmqctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
+	require.NoError(t, err, "the memory alarm needs rabbitmqctl for the test broker (FERRY_TEST_RABBITMQCTL): %s", cur)
+	var restore []string
+	if n, ok := strings.CutPrefix(cur, "{absolute,"); ok {
+		restore = []string{"absolute", strings.TrimSuffix(n, "}")}
+	} else {
+		f, err := strconv.ParseFloat(cur, 64)
+		require.NoError(t, err, "memory high watermark %q", cur)
+		restore = []string{cur}
+		if f < 0.01 {
+			// Left behind by a run that was killed before its cleanup.
+			t.Logf("the memory watermark is %s, below any sane setting: restoring RabbitMQ's default, 0.4", cur)
+			restore = []string{"0.4"}
+		}
+	}
+	clear = sync.OnceFunc(func() {
+		args := append([]string{"set_vm_memory_high_watermark"}, restore...)
+		if out, err := rabbitmqctl(args...); err != nil {
+			t.Errorf("restore RabbitMQ's memory watermark: %v: %s\nrestore it by hand: rabbitmqctl %s", err, out, strings.Join(args, " "))
+		}
+	})
+	t.Cleanup(clear)
+	out, err := rabbitmqctl("set_vm_memory_high_watermark", "0.0000001")
+	require.NoError(t, err, out)
+	waitFor(t, 30*time.Second, "RabbitMQ to report the memory alarm", func() bool {
+		out, err := rabbitmqctl("eval", "rabbit_alarm:get_alarms().")
+		return err == nil && strings.Contains(out, "memory")
+	})
+	return clear
+}
