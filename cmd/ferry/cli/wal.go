@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -35,23 +37,14 @@ once no process runs with --source wal. It refuses while a relay streams from th
 slot. Rows still pending are delivered by ferry poller --source poll.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := g.config()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ConnectTimeout)
-			defer cancel()
-			pool, err := app.OpenPool(ctx, cfg.PostgresURL)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			slot, pub, err := walrelay.DropSlot(ctx, pool, cfg.WALSlot, cfg.WALPublication)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.stdout, "replication slot %q: %s; publication %q: %s\n", cfg.WALSlot, dropped(slot), cfg.WALPublication, dropped(pub))
-			return nil
+			return g.withPool(cmd.Context(), func(ctx context.Context, cfg app.Config, _ *slog.Logger, pool *pgxpool.Pool) error {
+				slot, pub, err := walrelay.DropSlot(ctx, pool, cfg.WALSlot, cfg.WALPublication)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "replication slot %q: %s; publication %q: %s\n", cfg.WALSlot, dropped(slot), cfg.WALPublication, dropped(pub))
+				return nil
+			})
 		},
 	})
 	return wal
