@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ferry-outbox/ferry/effects/email"
+	"github.com/ferry-outbox/ferry/effects/payment"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/walrelay"
 )
@@ -48,6 +50,10 @@ func ferryMetricNames(t *testing.T) []string {
 	_, err = metrics.NewMaintenance(d)
 	require.NoError(t, err)
 	_, err = metrics.NewConsumer(d)
+	require.NoError(t, err)
+	_, err = email.NewMetrics(d)
+	require.NoError(t, err)
+	_, err = payment.NewMetrics(d)
 	require.NoError(t, err)
 	require.NoError(t, d.Register(metrics.NewOutboxCollector(nil)))
 	require.NoError(t, d.Register(walrelay.NewSlotCollector(nil, walrelay.DefaultSlot)))

@@ -106,14 +106,27 @@ func workerEffects(cfg EffectsConfig, pool *pgxpool.Pool, m *metrics.Metrics) (f
 		if err != nil {
 			return nil, nil, err
 		}
-		acts, err := payment.NewActivities(payment.ActivitiesConfig{Client: c, Pool: pool, Metrics: m, AmountField: cfg.PaymentAmountField})
+		var pm *payment.Metrics
+		if reg := m.Registerer(); reg != nil {
+			if pm, err = payment.NewMetrics(reg); err != nil {
+				return nil, nil, err
+			}
+		}
+		acts, err := payment.NewActivities(payment.ActivitiesConfig{Client: c, Pool: pool, Metrics: pm, AmountField: cfg.PaymentAmountField})
 		if err != nil {
 			return nil, nil, err
 		}
 		regs = append(regs, acts)
 	}
 	if cfg.SMTPAddress != "" {
-		acts, err := email.NewActivities(email.Config{Pool: pool, SMTPAddress: cfg.SMTPAddress, From: cfg.SMTPFrom, Ambiguous: cfg.EmailAmbiguous, Metrics: m})
+		var em *email.Metrics
+		if reg := m.Registerer(); reg != nil {
+			var err error
+			if em, err = email.NewMetrics(reg); err != nil {
+				return nil, nil, err
+			}
+		}
+		acts, err := email.NewActivities(email.Config{Pool: pool, SMTPAddress: cfg.SMTPAddress, From: cfg.SMTPFrom, Ambiguous: cfg.EmailAmbiguous, Metrics: em})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/startstop"
-	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/upcast"
 )
@@ -97,8 +96,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts outcomes, dead-lettered messages and commit-to-applied
 	// lag, and reads the depth of Queue and <Queue>.dlq at every scrape
-	// while the consumer runs. Default nil: nothing is counted.
-	Metrics *metrics.Consumer
+	// while the consumer runs. A *metrics.Consumer is one. Default nil:
+	// nothing is counted.
+	Metrics Metrics
 	// Redact masks the values of sensitive payload fields in park reasons
 	// (the ferry-parked-reason header), Result.Reason and the consumer's
 	// log lines; see package redact. The message body parked in <Queue>.dlq
@@ -222,6 +222,9 @@ func New(cfg Config) (*Consumer, error) {
 	cfg.MaxReconnectBackoff = cmp.Or(cfg.MaxReconnectBackoff, 30*time.Second)
 	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, 10*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
 	if cfg.Schemas == nil {
 		cfg.Schemas = upcast.NewRegistry()
 	}

@@ -22,7 +22,7 @@ type graph struct {
 }
 
 func newWithGraph(g graph) (*Consumer, error) {
-	if g.Config.Metrics == nil {
+	if g.Config.Metrics == nil && g.Metrics != nil {
 		g.Config.Metrics = g.Metrics
 	}
 	return New(g.Config)

@@ -12,8 +12,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-outbox/ferry/internal/startstop"
-	"github.com/ferry-outbox/ferry/metrics"
 )
+
+// CleanerMetrics is what the cleaner counts (package metrics' *Consumer
+// is the Prometheus one), by consumer (the inbox's name).
+type CleanerMetrics interface {
+	// InboxCleaned counts rows a round deleted.
+	InboxCleaned(consumer string, rows int)
+	// InboxCleanerStarted records the cleaner's start, which counts as its
+	// last finished round until it finishes one.
+	InboxCleanerStarted(consumer string)
+	// InboxRoundDone records a round that finished without error (rows
+	// deleted or not, or another process's cleaner held it).
+	InboxRoundDone(consumer string)
+}
+
+type noCleanerMetrics struct{}
+
+func (noCleanerMetrics) InboxCleaned(string, int)   {}
+func (noCleanerMetrics) InboxCleanerStarted(string) {}
+func (noCleanerMetrics) InboxRoundDone(string)      {}
 
 // CleanerConfig configures a Cleaner.
 type CleanerConfig struct {
@@ -40,8 +58,8 @@ type CleanerConfig struct {
 	Logger *slog.Logger
 	// Metrics counts the rows each round deletes and when it finished
 	// (ferry_inbox_cleaned_rows_total, ferry_inbox_cleaned_timestamp_seconds).
-	// Nil: not counted.
-	Metrics *metrics.Consumer
+	// A *metrics.Consumer is one. Nil: not counted.
+	Metrics CleanerMetrics
 }
 
 // Cleaner deletes inbox rows past their retention in bounded batches. Any
@@ -60,6 +78,9 @@ func NewCleaner(cfg CleanerConfig) (*Cleaner, error) {
 	cfg.Retention = cmp.Or(cfg.Retention, 168*time.Hour)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
 	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Minute)
+	if cfg.Metrics == nil {
+		cfg.Metrics = noCleanerMetrics{}
+	}
 	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	switch {

@@ -129,7 +129,8 @@ func (c *Consumer) Applied(consumer string, committedAt time.Time) {
 
 // QueueDepths reads the messages ready in a consumer's queues, by queue
 // name.
-type QueueDepths func(ctx context.Context) (map[string]int, error)
+// It is an alias, so that *Consumer satisfies consumer.Metrics.
+type QueueDepths = func(ctx context.Context) (map[string]int, error)
 
 // WatchQueues reads depths at every scrape, labelled with consumer; a
 // second call for the same consumer replaces the first.

@@ -22,18 +22,6 @@ type Relay struct {
 	quarantined *prometheus.CounterVec
 }
 
-// How a poller handed an aggregate's events to Temporal (label "how" of
-// ferry_relay_dispatches_total).
-const (
-	// DispatchStart: a one-shot run started with the events in its input.
-	DispatchStart = "start"
-	// DispatchStartFallback: a one-shot start found a run open and
-	// signalled it instead.
-	DispatchStartFallback = "start_fallback"
-	// DispatchSignal: Signal-With-Start of an aggregate dispatched recently.
-	DispatchSignal = "signal"
-)
-
 // NewRelay creates the relay metrics and registers them on reg.
 func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 	r := &Relay{
@@ -110,7 +98,8 @@ func (r *Relay) Quarantined(eventType, errorClass string) {
 	}
 }
 
-// Dispatched records how one aggregate's events went to Temporal.
+// Dispatched records how one aggregate's events went to Temporal (the
+// poller's DispatchStart, DispatchStartFallback, DispatchSignal).
 func (r *Relay) Dispatched(how string) {
 	if r != nil {
 		r.dispatches.WithLabelValues(how).Inc()

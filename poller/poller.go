@@ -24,7 +24,6 @@ import (
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/internal/testhook"
-	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -95,9 +94,9 @@ type Config struct {
 	// given up (or re-queued) with `ferry repair`. Attempts are counted at
 	// claim time. Default 3.
 	MaxRefusedAttempts int
-	// Metrics counts claims, signal failures and batch durations; nil
-	// counts nothing.
-	Metrics *metrics.Relay
+	// Metrics counts claims, signal failures, batch durations, refused
+	// events and dispatches (a *metrics.Relay is one); nil counts nothing.
+	Metrics Metrics
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// TracerProvider starts a ferry.dispatch span per signal-with-start,
@@ -124,9 +123,10 @@ func init() {
 
 // Poller relays pending outbox rows to aggregate workflows.
 type Poller struct {
-	cfg    Config
-	log    *slog.Logger
-	tracer trace.Tracer
+	cfg     Config
+	log     *slog.Logger
+	tracer  trace.Tracer
+	metrics Metrics // cfg.Metrics, or noMetrics
 
 	run    startstop.Runner
 	wake   chan struct{}
@@ -151,7 +151,11 @@ func New(cfg Config) (*Poller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Poller{cfg: cfg, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
+	var m Metrics = noMetrics{}
+	if cfg.Metrics != nil {
+		m = cfg.Metrics
+	}
+	return &Poller{cfg: cfg, metrics: m, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
 		recent: newRecentSet(cfg.SignalWindow, recentMax)}, nil
 }
@@ -420,7 +424,7 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
 		}
 	}
-	p.cfg.Metrics.Batch(len(batch), len(failed), time.Since(start))
+	p.metrics.Batch(len(batch), len(failed), time.Since(start))
 	p.log.Debug("relayed batch", "claimed", len(batch), "aggregates", len(groups), "signalled", len(ok), "failed_aggregates", len(failed))
 	if len(failed) > 0 {
 		return len(batch), fmt.Errorf("signal %d of %d aggregates (first error: %w)", len(failed), len(groups), firstErr)
@@ -461,7 +465,7 @@ func (p *Poller) quarantineRefused(ctx context.Context, f failure) (release []st
 		return append(release, ids...)
 	}
 	for _, t := range types {
-		p.cfg.Metrics.Quarantined(t, ErrClassTemporalRefused)
+		p.metrics.Quarantined(t, ErrClassTemporalRefused)
 	}
 	p.log.Warn("Temporal refused the events as invalid; quarantined them (ferry blocked lists them, ferry repair skips them)",
 		"aggregate", f.workflowID, "events", len(ids), "attempts", give[0].attempts, "error", f.err)
@@ -549,7 +553,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		Revision:      workflows.CurrentRevision,
 	}
 	parts := chunks(g.events, maxRefsPerDispatch)
-	how := metrics.DispatchSignal
+	how := DispatchSignal
 	if p.cfg.StartMode == StartOneShot && !p.recent.seen(id, time.Now()) {
 		started, err := p.startOneShot(ctx, id, parts[0], in)
 		if err != nil {
@@ -557,9 +561,9 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		}
 		if started {
 			parts = parts[1:]
-			how = metrics.DispatchStart
+			how = DispatchStart
 		} else {
-			how = metrics.DispatchStartFallback
+			how = DispatchStartFallback
 		}
 	}
 	// The rest (all of it, unless a one-shot run started) by signal, in
@@ -573,7 +577,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 			return fmt.Errorf("signal-with-start %s: %w", id, err)
 		}
 	}
-	p.cfg.Metrics.Dispatched(how)
+	p.metrics.Dispatched(how)
 	return nil
 }
 

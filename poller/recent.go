@@ -19,11 +19,10 @@ type recentSet struct {
 	window time.Duration
 	max    int
 
-	mu        sync.Mutex
-	current   map[string]struct{}
-	previous  map[string]struct{}
-	turnedAt  time.Time
-	turnovers int
+	mu       sync.Mutex
+	current  map[string]struct{}
+	previous map[string]struct{}
+	turnedAt time.Time
 }
 
 func newRecentSet(window time.Duration, max int) *recentSet {
@@ -44,7 +43,6 @@ func (r *recentSet) seen(key string, now time.Time) bool {
 			r.previous = nil // nothing in it is recent any more
 		}
 		r.turnedAt = now
-		r.turnovers++
 	}
 	_, inCurrent := r.current[key]
 	_, inPrevious := r.previous[key]

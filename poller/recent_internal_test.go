@@ -50,7 +50,10 @@ func TestRecentSet(t *testing.T) {
 			require.False(t, r.seen(fmt.Sprint(i), t0))
 		}
 		require.LessOrEqual(t, len(r.current)+len(r.previous), 20)
-		require.Equal(t, 3, r.turnovers)
 		require.True(t, r.seen("34", t0), "the newest are kept")
+		// Three turnovers (at the 11th, 21st and 31st key) keep 20-29 in
+		// the older generation and forget 0-19.
+		require.True(t, r.seen("20", t0), "the previous window is kept")
+		require.False(t, r.seen("19", t0), "two windows back is forgotten")
 	})
 }

@@ -185,7 +185,7 @@ func (r *runner) setup(ctx context.Context) error {
 			return err
 		}
 		r.cluster = c
-		if r.postmaster, err = c.postmasterPID(); err != nil {
+		if r.postmaster, err = c.PostmasterPID(); err != nil {
 			return err
 		}
 		r.cfg.PostgresURL = c.URL

@@ -18,7 +18,6 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -26,7 +25,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
-	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
 // Ambiguous-outcome policies.
@@ -82,7 +81,7 @@ type Config struct {
 	// HelloName sent in EHLO. Default "localhost".
 	HelloName string
 	// Metrics counts sends and ambiguous outcomes; nil counts nothing.
-	Metrics *metrics.Metrics
+	Metrics *Metrics
 }
 
 // Activities are the Email workflow's activities.
@@ -149,8 +148,6 @@ func MessageID(key, domain string) string {
 	return "<" + hex.EncodeToString(sum[:16]) + "@" + domain + ">"
 }
 
-const sqlLoadEvent = `SELECT payload FROM outbox_events WHERE id = $1`
-
 const sqlEnsureRow = `
 INSERT INTO ferry_email_ledger (idempotency_key, message_id, event_id, effect)
 VALUES ($1, $2, $3, $4)
@@ -210,7 +207,7 @@ func (a *Activities) SendEmail(ctx context.Context, req effects.EmailRequest) (e
 	}
 
 	reply, outcome, sendErr := a.transact(ctx, to, msg)
-	a.cfg.Metrics.EffectOutcome(effects.KindEmail, outcome)
+	a.cfg.Metrics.outcome(outcome)
 	// Detached: the ledger must learn what happened even when the
 	// activity's context is what ended the transaction.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -221,7 +218,7 @@ func (a *Activities) SendEmail(ctx context.Context, req effects.EmailRequest) (e
 			return res, err
 		}
 		if resend {
-			a.cfg.Metrics.EmailResent()
+			a.cfg.Metrics.resend()
 		}
 		res.Status, res.Reply = effects.EmailSent, reply
 		return res, nil
@@ -232,7 +229,7 @@ func (a *Activities) SendEmail(ctx context.Context, req effects.EmailRequest) (e
 		res.Status, res.Reply = effects.EmailRejected, reply
 		return res, temporal.NewNonRetryableApplicationError(sendErr.Error(), effects.ErrTypeEmailRejected, sendErr, res)
 	case outcomeAmbiguous:
-		a.cfg.Metrics.EmailAmbiguous()
+		a.cfg.Metrics.ambiguousSend()
 		if err := a.cfg.Pool.QueryRow(sctx, sqlMarkAmbiguous, req.Key, 1).Scan(&res.Attempts, &res.Ambiguous); err != nil {
 			return res, fmt.Errorf("ledger: mark %s ambiguous: %w", req.Key, err)
 		}
@@ -258,7 +255,7 @@ func (a *Activities) claim(ctx context.Context, req effects.EmailRequest, res *e
 		newAmbiguous := 0
 		switch status {
 		case "sent", "marked_sent":
-			a.cfg.Metrics.EmailNotResent()
+			a.cfg.Metrics.ledgerStopped()
 			res.Status, res.Reply = effects.EmailAlreadySent, reply
 			return nil
 		case "rejected", "marked_failed":
@@ -274,7 +271,7 @@ func (a *Activities) claim(ctx context.Context, req effects.EmailRequest, res *e
 			}
 			// The attempt that claimed it died mid-transaction: whether
 			// the server accepted is unknown.
-			a.cfg.Metrics.EmailAmbiguous()
+			a.cfg.Metrics.ambiguousSend()
 			newAmbiguous = 1
 			resend = true
 		case "ambiguous":
@@ -332,7 +329,7 @@ func (a *Activities) ResolveEmail(ctx context.Context, in effects.EmailResolveIn
 	if err != nil {
 		return res, fmt.Errorf("ledger: resolve %s: %w", in.Key, err)
 	}
-	a.cfg.Metrics.EffectReconciled(effects.KindEmail)
+	a.cfg.Metrics.outcome(effects.OutcomeReconciled)
 	return res, nil
 }
 
@@ -343,14 +340,12 @@ func (a *Activities) render(ctx context.Context, req effects.EmailRequest, msgID
 	if !ok {
 		return "", nil, invalid("e-mail template %q is not configured", req.Template)
 	}
-	var raw []byte
-	err := a.cfg.Pool.QueryRow(ctx, sqlLoadEvent, req.Event.ID).Scan(&raw)
-	var pgErr *pgconn.PgError
+	raw, err := outbox.Payload(ctx, a.cfg.Pool, req.Event.ID)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "22P02":
+	case errors.Is(err, outbox.ErrEventNotFound):
 		return "", nil, invalid("event %s is not in outbox_events", req.Event.ID)
 	case err != nil:
-		return "", nil, fmt.Errorf("load event %s: %w", req.Event.ID, err)
+		return "", nil, err
 	}
 	var payload map[string]any
 	if err := json.Unmarshal(raw, &payload); err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
 	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -43,7 +42,7 @@ func setup(t *testing.T, policy string) *bundle {
 	require.NoError(t, sink.Start(context.Background()))
 	t.Cleanup(sink.Stop)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
+	m, err := email.NewMetrics(reg)
 	require.NoError(t, err)
 	acts, err := email.NewActivities(email.Config{Pool: db.Pool, SMTPAddress: sink.Addr(), From: "shop@example.com", Ambiguous: policy, Metrics: m})
 	require.NoError(t, err)
@@ -92,7 +91,7 @@ func errType(err error) string {
 }
 
 // outcomes are ferry_effect_outcomes_total{kind="email"} by outcome.
-// (testutil reads values only from a collector, and metrics.Metrics keeps
+// (testutil reads values only from a collector, and email.Metrics keeps
 // its vectors to itself.)
 func (b *bundle) outcomes(t *testing.T) map[string]float64 {
 	t.Helper()

@@ -9,15 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/ferry-outbox/ferry/effects"
-	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
 // ActivitiesConfig configures Activities.
@@ -27,7 +25,7 @@ type ActivitiesConfig struct {
 	// Pool reads event payloads from outbox_events. Required.
 	Pool *pgxpool.Pool
 	// Metrics counts outcomes and lookups; nil counts nothing.
-	Metrics *metrics.Metrics
+	Metrics *Metrics
 	// AmountField of the event payload (a top-level JSON integer in the
 	// currency's minor unit). Default "amount".
 	AmountField string
@@ -63,21 +61,17 @@ func (a *Activities) Register(r worker.Registry) {
 	r.RegisterActivityWithOptions(a.LookupPayment, activity.RegisterOptions{Name: effects.LookupPaymentActivity})
 }
 
-const sqlLoadPayload = `SELECT payload FROM outbox_events WHERE id = $1`
-
 // PreparePayment reads the event and builds the request every attempt will
 // send. A charge takes its amount (and currency) from the payload; a refund
 // finds the aggregate's charge at the provider by reference. An event that
 // cannot make a request is ErrTypeInvalidEvent (not retried).
 func (a *Activities) PreparePayment(ctx context.Context, in effects.PrepareInput) (effects.PaymentRequest, error) {
-	var raw []byte
-	err := a.cfg.Pool.QueryRow(ctx, sqlLoadPayload, in.Event.ID).Scan(&raw)
-	var pgErr *pgconn.PgError
+	raw, err := outbox.Payload(ctx, a.cfg.Pool, in.Event.ID)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "22P02":
+	case errors.Is(err, outbox.ErrEventNotFound):
 		return effects.PaymentRequest{}, invalid("event %s is not in outbox_events", in.Event.ID)
 	case err != nil:
-		return effects.PaymentRequest{}, fmt.Errorf("load event %s: %w", in.Event.ID, err)
+		return effects.PaymentRequest{}, err
 	}
 	var payload map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &payload); err != nil {
@@ -142,7 +136,7 @@ func (a *Activities) SendPayment(ctx context.Context, req effects.PaymentRequest
 		case err != nil:
 			return effects.PaymentOutcome{}, err
 		case res.Result == effects.LookupFound:
-			a.cfg.Metrics.EffectOutcome(req.Op, res.Outcome.Status)
+			a.cfg.Metrics.outcome(req.Op, res.Outcome.Status)
 			return res.Outcome, nil
 		case res.Result == effects.LookupInProgress:
 			return effects.PaymentOutcome{}, temporal.NewApplicationErrorWithOptions("a request with the key is in flight",
@@ -165,14 +159,14 @@ func (a *Activities) SendPayment(ctx context.Context, req effects.PaymentRequest
 		out = effects.PaymentOutcome{Status: effects.StatusSucceeded, ID: ch.ID, Amount: ch.Amount, Currency: ch.Currency, Replayed: bool(replayed)}
 	}
 	if err == nil {
-		a.cfg.Metrics.EffectOutcome(req.Op, effects.StatusSucceeded)
+		a.cfg.Metrics.outcome(req.Op, effects.StatusSucceeded)
 		return out, nil
 	}
 	var pe *Error
 	if !errors.As(err, &pe) {
 		return effects.PaymentOutcome{}, err
 	}
-	a.cfg.Metrics.EffectOutcome(req.Op, pe.Class.String())
+	a.cfg.Metrics.outcome(req.Op, pe.Class.String())
 	switch pe.Class {
 	case ClassDeclined:
 		return effects.PaymentOutcome{Status: effects.StatusDeclined, ID: pe.Charge, Code: pe.Code, Message: pe.Message}, nil
@@ -195,7 +189,7 @@ func (a *Activities) SendPayment(ctx context.Context, req effects.PaymentRequest
 func (a *Activities) LookupPayment(ctx context.Context, req effects.PaymentRequest) (effects.LookupResult, error) {
 	res, err := a.lookup(ctx, req)
 	if err == nil && res.Result == effects.LookupFound {
-		a.cfg.Metrics.EffectReconciled(req.Op)
+		a.cfg.Metrics.outcome(req.Op, effects.OutcomeReconciled)
 	}
 	return res, err
 }
@@ -222,14 +216,14 @@ func (a *Activities) lookup(ctx context.Context, req effects.PaymentRequest) (ef
 	case ClassOf(err) == ClassInProgress:
 		res = effects.LookupResult{Result: effects.LookupInProgress}
 	case err != nil:
-		a.cfg.Metrics.PaymentLookup("error")
+		a.cfg.Metrics.lookup("error")
 		return res, retryable(err)
 	case found:
 		res.Result = effects.LookupFound
 	default:
 		res = effects.LookupResult{Result: effects.LookupNotFound}
 	}
-	a.cfg.Metrics.PaymentLookup(res.Result)
+	a.cfg.Metrics.lookup(res.Result)
 	return res, nil
 }
 

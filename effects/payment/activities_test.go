@@ -16,7 +16,6 @@ import (
 	"github.com/ferry-outbox/ferry/effects/payment"
 	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -53,7 +52,7 @@ func TestPaymentOutcomeMetrics(t *testing.T) {
 			b := setup(t, onFirstPost(tc.fault))
 			db := testenv.Postgres(t)
 			reg := prometheus.NewRegistry()
-			m, err := metrics.New(reg)
+			m, err := payment.NewMetrics(reg)
 			require.NoError(t, err)
 			acts, err := payment.NewActivities(payment.ActivitiesConfig{Client: b.client, Pool: db.Pool, Metrics: m})
 			require.NoError(t, err)

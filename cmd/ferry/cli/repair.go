@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -161,40 +160,21 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 		return nil, err
 	}
 	// The blocked events' rows, in one query.
-	type event struct {
-		aggType, aggID   string
-		version          int64
-		lastErr, payload *string
-	}
 	ids := make([]string, len(blocked))
 	for i, b := range blocked {
 		ids[i] = b.EventID
 	}
-	events := map[string]event{}
-	rows, err := pool.Query(ctx, `SELECT id::text, aggregate_type, aggregate_id, aggregate_version, last_error, payload::text FROM outbox_events WHERE id = ANY($1::uuid[])`, ids)
+	events, err := outbox.RowsByID(ctx, pool, ids)
 	if err != nil {
-		return nil, fmt.Errorf("load blocked events: %w", err)
-	}
-	for rows.Next() {
-		var id string
-		var e event
-		if err := rows.Scan(&id, &e.aggType, &e.aggID, &e.version, &e.lastErr, &e.payload); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("load blocked events: %w", err)
-		}
-		events[id] = e
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("load blocked events: %w", err)
 	}
 	out := make([]blockedRow, 0, len(blocked))
 	for _, b := range blocked {
 		r := blockedRow{WorkflowID: b.WorkflowID, EventID: b.EventID, EventType: b.EventType, ErrorClass: b.ErrorClass, Since: b.Since}
 		e := events[strings.ToLower(b.EventID)]
-		r.Aggregate, r.Version = e.aggType+"/"+e.aggID, e.version
-		if e.lastErr != nil {
-			r.LastError = redactLastError(red, e.aggType, r.EventType, e.payload, *e.lastErr)
+		r.Aggregate, r.Version = e.AggregateType+"/"+e.AggregateID, e.Version
+		if e.LastError != "" {
+			r.LastError = redactLastError(red, e.AggregateType, r.EventType, e.Payload, e.LastError)
 		}
 		r.Retry = fmt.Sprintf("ferry repair %s --action retry --reason '…'", r.EventID)
 		r.Skip = fmt.Sprintf("ferry repair %s --action skip --reason '…'", r.EventID)
@@ -259,16 +239,14 @@ request id is derived from the event, action, actor, reason and payload).`,
 				return err
 			}
 			defer closeAll()
-			var aggType, aggID, eventType, status string
-			var version int64
-			err = pool.QueryRow(ctx, `SELECT aggregate_type, aggregate_id, aggregate_version, event_type, status FROM outbox_events WHERE id = $1`, req.EventID).
-				Scan(&aggType, &aggID, &version, &eventType, &status)
-			if errors.Is(err, pgx.ErrNoRows) {
+			row, err := outbox.RowByID(ctx, pool, req.EventID)
+			if errors.Is(err, outbox.ErrEventNotFound) {
 				return fmt.Errorf("event %s is not in outbox_events", req.EventID)
 			}
 			if err != nil {
 				return fmt.Errorf("look up event %s: %w", req.EventID, err)
 			}
+			aggType, aggID, eventType, status, version := row.AggregateType, row.AggregateID, row.EventType, row.Status, row.Version
 			wfID := workflows.WorkflowID(aggType, aggID)
 			// No running workflow: a quarantined row is repaired in place (a
 			// repeated request answers with its audit row); anything else
@@ -403,14 +381,8 @@ consumers deduplicate them; each replay is audited in ferry_repairs. At most
 				if !ok || fromVersion < 1 || toVersion < fromVersion || toVersion-fromVersion >= workflows.MaxReplayEvents {
 					return fmt.Errorf("--aggregate TYPE/ID with 1 <= --from-version <= --to-version, at most %d versions", workflows.MaxReplayEvents)
 				}
-				rows, err := pool.Query(ctx, `SELECT id::text FROM outbox_events
-					WHERE aggregate_type = $1 AND aggregate_id = $2 AND aggregate_version BETWEEN $3 AND $4 AND status = 'published'
-					ORDER BY aggregate_version`, aggType, aggID, fromVersion, toVersion)
-				if err != nil {
-					return fmt.Errorf("select events: %w", err)
-				}
-				if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-					return fmt.Errorf("select events: %w", err)
+				if ids, err = outbox.PublishedIDs(ctx, pool, aggType, aggID, fromVersion, toVersion); err != nil {
+					return err
 				}
 				if len(ids) == 0 {
 					return fmt.Errorf("no published events of %s between v%d and v%d", aggregate, fromVersion, toVersion)

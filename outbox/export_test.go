@@ -1,0 +1,4 @@
+package outbox
+
+// SQLUndelivered is sqlUndelivered, for the test of its plan.
+const SQLUndelivered = sqlUndelivered

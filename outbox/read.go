@@ -1,0 +1,237 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file holds the reads of outbox_events that other packages need
+// (operator commands, effect activities, metrics): the table's shape and
+// its indexes are this package's and the schema's, so the SQL stays here,
+// each statement named with the reason for its shape.
+
+// Queryer is what the reads need: a *pgxpool.Pool, a pgx.Tx or a *pgx.Conn.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ErrEventNotFound: no outbox row has the event id (or the id is not a
+// UUID). Not retryable: the id will not appear later.
+var ErrEventNotFound = errors.New("event not in outbox_events")
+
+// sqlUndelivered is a subquery of the rows not yet delivered: pending,
+// dispatched and quarantined (published and skipped rows are delivered or
+// given up). It yields aggregate_type, status and created_at, each status
+// read through its own partial index (0001, 0002, 0006), so its cost follows
+// the rows in flight, not the table, which holds every delivered row for
+// the retention period.
+const sqlUndelivered = `
+SELECT aggregate_type, status, created_at FROM outbox_events WHERE status = 'pending'
+UNION ALL
+SELECT aggregate_type, status, created_at FROM outbox_events WHERE status = 'dispatched'
+UNION ALL
+SELECT aggregate_type, status, created_at FROM outbox_events WHERE status = 'quarantined'`
+
+// sqlBacklog groups the small undelivered part of the table through its
+// partial indexes; delivered rows, the bulk, are never read.
+const sqlBacklog = `
+SELECT aggregate_type, status, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
+FROM (` + sqlUndelivered + `) u
+GROUP BY aggregate_type, status ORDER BY aggregate_type, status`
+
+// Backlog is the undelivered rows of one aggregate type in one status.
+type Backlog struct {
+	AggregateType string
+	// Status is pending, dispatched or quarantined.
+	Status string
+	Count  int64
+	// OldestAge is the age of the oldest row's created_at.
+	OldestAge time.Duration
+}
+
+// ReadBacklog counts the rows not yet delivered (pending, dispatched,
+// quarantined; skipped rows were given up on purpose and are not a backlog)
+// by aggregate type and status, ordered by both. It reads only through the
+// statuses' partial indexes, so it is cheap enough for every scrape.
+func ReadBacklog(ctx context.Context, db Queryer) ([]Backlog, error) {
+	rows, err := db.Query(ctx, sqlBacklog)
+	if err != nil {
+		return nil, fmt.Errorf("read outbox backlog: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Backlog, error) {
+		var b Backlog
+		var age float64
+		err := r.Scan(&b.AggregateType, &b.Status, &b.Count, &age)
+		b.OldestAge = time.Duration(age * float64(time.Second))
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read outbox backlog: %w", err)
+	}
+	return out, nil
+}
+
+// sqlTableBytes: the heap, its indexes and TOAST, which is what retention
+// keeps bounded.
+const sqlTableBytes = `SELECT pg_total_relation_size('outbox_events')`
+
+// TableBytes is the size of outbox_events with its indexes and TOAST.
+func TableBytes(ctx context.Context, db Queryer) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, sqlTableBytes).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read outbox table size: %w", err)
+	}
+	return n, nil
+}
+
+// sqlPublishedRecently reads recent publications; published rows are the
+// bulk of the table and have no index on published_at, so this is for a
+// person's command, not for a scraper (metrics count publications instead).
+const sqlPublishedRecently = `
+SELECT count(*) FILTER (WHERE published_at > now() - interval '1 minute'),
+       count(*)
+FROM outbox_events WHERE status = 'published' AND published_at > now() - interval '1 hour'`
+
+// PublishedRecently counts the rows published in the last minute and in
+// the last hour. It scans the published rows: use it in commands, not in
+// anything that runs often.
+func PublishedRecently(ctx context.Context, db Queryer) (lastMinute, lastHour int64, err error) {
+	if err := db.QueryRow(ctx, sqlPublishedRecently).Scan(&lastMinute, &lastHour); err != nil {
+		return 0, 0, fmt.Errorf("read throughput: %w", err)
+	}
+	return lastMinute, lastHour, nil
+}
+
+// Row is an outbox row as operator commands show it. Payload and LastError
+// may hold personal data: print them only through a redactor.
+type Row struct {
+	ID            string
+	AggregateType string
+	AggregateID   string
+	Version       int64
+	EventType     string
+	Status        string
+	// LastError is empty when the row has none.
+	LastError string
+	CreatedAt time.Time
+	// Payload is the JSON text ("null" once retention blanked it).
+	Payload *string
+}
+
+// sqlQuarantined reads quarantined rows, oldest first, through their
+// partial index (0002); $1 NULL reads all.
+const sqlQuarantined = `
+SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, status, coalesce(last_error, ''), created_at, payload::text
+FROM outbox_events WHERE status = 'quarantined'
+ORDER BY created_at
+LIMIT $1`
+
+// Quarantined reads quarantined rows, oldest first, at most limit of them
+// (0: all).
+func Quarantined(ctx context.Context, db Queryer, limit int) ([]Row, error) {
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := db.Query(ctx, sqlQuarantined, lim)
+	if err != nil {
+		return nil, fmt.Errorf("read quarantined rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanRow)
+	if err != nil {
+		return nil, fmt.Errorf("read quarantined rows: %w", err)
+	}
+	return out, nil
+}
+
+// sqlRowsByID reads rows by primary key.
+const sqlRowsByID = `
+SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, status, coalesce(last_error, ''), created_at, payload::text
+FROM outbox_events WHERE id = ANY($1::uuid[])`
+
+// RowsByID reads the rows of the given event ids, keyed by the id in lower
+// case (PostgreSQL's text form of a UUID); ids without a row are missing
+// from the map. Every id must be a UUID.
+func RowsByID(ctx context.Context, db Queryer, ids []string) (map[string]Row, error) {
+	rows, err := db.Query(ctx, sqlRowsByID, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load events: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, scanRow)
+	if err != nil {
+		return nil, fmt.Errorf("load events: %w", err)
+	}
+	out := make(map[string]Row, len(list))
+	for _, r := range list {
+		out[r.ID] = r
+	}
+	return out, nil
+}
+
+// RowByID reads one row; ErrEventNotFound when there is none.
+func RowByID(ctx context.Context, db Queryer, id string) (Row, error) {
+	rows, err := RowsByID(ctx, db, []string{id})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22P02" {
+		return Row{}, fmt.Errorf("%w: %s", ErrEventNotFound, id)
+	}
+	if err != nil {
+		return Row{}, err
+	}
+	for _, r := range rows {
+		return r, nil
+	}
+	return Row{}, fmt.Errorf("%w: %s", ErrEventNotFound, id)
+}
+
+func scanRow(r pgx.CollectableRow) (Row, error) {
+	var o Row
+	err := r.Scan(&o.ID, &o.AggregateType, &o.AggregateID, &o.Version, &o.EventType, &o.Status, &o.LastError, &o.CreatedAt, &o.Payload)
+	return o, err
+}
+
+// sqlPublishedIDs reads a version range of one aggregate through the
+// unique (aggregate_type, aggregate_id, aggregate_version) index.
+const sqlPublishedIDs = `
+SELECT id::text FROM outbox_events
+WHERE aggregate_type = $1 AND aggregate_id = $2 AND aggregate_version BETWEEN $3 AND $4 AND status = 'published'
+ORDER BY aggregate_version`
+
+// PublishedIDs lists the ids of an aggregate's published events with
+// versions from..to, in version order (what a replay re-publishes).
+func PublishedIDs(ctx context.Context, db Queryer, aggregateType, aggregateID string, from, to int64) ([]string, error) {
+	rows, err := db.Query(ctx, sqlPublishedIDs, aggregateType, aggregateID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("select published events: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("select published events: %w", err)
+	}
+	return ids, nil
+}
+
+// sqlPayload reads one payload by primary key.
+const sqlPayload = `SELECT payload FROM outbox_events WHERE id = $1`
+
+// Payload reads an event's JSON payload: ErrEventNotFound when no row has
+// the id or the id is not a UUID. A payload blanked by retention is the
+// JSON null.
+func Payload(ctx context.Context, db Queryer, id string) ([]byte, error) {
+	var raw []byte
+	err := db.QueryRow(ctx, sqlPayload, id).Scan(&raw)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "22P02":
+		return nil, fmt.Errorf("%w: %s", ErrEventNotFound, id)
+	case err != nil:
+		return nil, fmt.Errorf("load event %s: %w", id, err)
+	}
+	return raw, nil
+}
