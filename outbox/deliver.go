@@ -91,20 +91,26 @@ func LoadManyForPublish(ctx context.Context, db Queryer, ids []string) (map[stri
 	return out, nil
 }
 
-// sqlMarkPublished runs only after the broker's confirm. Advancing
-// delivered_version is what lets a later run of the workflow resume after
-// this event; GREATEST keeps a late, repeated attempt from moving it back.
-const sqlMarkPublished = `
-WITH ev AS (
-    UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL
-    WHERE id = $1
+// sqlAdvanceCursor follows a CTE ev that changed one row and returned its
+// aggregate_type, aggregate_id and aggregate_version: it advances the
+// aggregate's delivered_version to that version, which is what lets a later
+// run of the workflow resume after the event; GREATEST keeps a late,
+// repeated attempt from moving it back.
+const sqlAdvanceCursor = `
     RETURNING aggregate_type, aggregate_id, aggregate_version
 )
 UPDATE outbox_aggregates a
 SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
 FROM ev
 WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
+
+// sqlMarkPublished runs only after the broker's confirm, and advances the
+// cursor (sqlAdvanceCursor) in the same statement.
+const sqlMarkPublished = `
+WITH ev AS (
+    UPDATE outbox_events
+    SET status = 'published', published_at = now(), last_error = NULL
+    WHERE id = $1` + sqlAdvanceCursor
 
 // MarkPublished marks a confirmed event published and advances its
 // aggregate's delivered_version to it. Call it only after the broker

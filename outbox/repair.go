@@ -64,18 +64,12 @@ func LockWithCursor(ctx context.Context, tx Queryer, id string) (RepairTarget, e
 	return r, err
 }
 
-// sqlSkip marks the event skipped and moves the aggregate's cursor past it,
-// so a later run of the workflow resumes after it.
+// sqlSkip marks the event skipped and moves the aggregate's cursor past it
+// (sqlAdvanceCursor), so a later run of the workflow resumes after it.
 const sqlSkip = `
 WITH ev AS (
     UPDATE outbox_events SET status = 'skipped', last_error = NULL
-    WHERE id = $1
-    RETURNING aggregate_type, aggregate_id, aggregate_version
-)
-UPDATE outbox_aggregates a
-SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
-FROM ev
-WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
+    WHERE id = $1` + sqlAdvanceCursor
 
 // Skip marks the event skipped and moves its aggregate's cursor past it.
 func Skip(ctx context.Context, tx Execer, id string) error {
