@@ -42,18 +42,14 @@ func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (
 	in.Settle = cmp.Or(in.Settle, workflows.DefaultDriftSettle)
 	in.ReconcileAfter = cmp.Or(in.ReconcileAfter, workflows.DefaultReconcileAfter)
 
-	keys, err := outbox.RecentAggregates(ctx, a.pool, in.Sample)
+	sample, err := outbox.RecentAggregates(ctx, a.pool, in.Sample)
 	if err != nil {
 		return res, fmt.Errorf("sample aggregates: %w", err)
-	}
-	sample := make([]aggregateKey, len(keys))
-	for i, k := range keys {
-		sample[i] = aggregateKey{k.Type, k.ID}
 	}
 	res.Sampled = len(sample)
 
 	type suspect struct {
-		key   aggregateKey
+		key   outbox.AggregateKey
 		found []workflows.Drift
 	}
 	var suspects []suspect
@@ -97,19 +93,17 @@ func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (
 	return res, nil
 }
 
-type aggregateKey struct{ typ, id string }
-
 // lookForDrift reads the aggregate's rows, asks its workflow, and reads the
 // rows again: the table moves first (a publish marks the row, then the
 // workflow hears back), so the workflow is compared with the read before
 // it where it may lag and with the read after it where it may not lead.
 // ok is false when the workflow could not be asked.
-func (a *Maintenance) lookForDrift(ctx context.Context, k aggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
+func (a *Maintenance) lookForDrift(ctx context.Context, k outbox.AggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
 	before, exists, err := a.driftRows(ctx, k, in.Grace)
 	if err != nil || !exists {
 		return nil, true, err
 	}
-	wf, ok := a.driftWorkflow(ctx, workflows.WorkflowID(k.typ, k.id))
+	wf, ok := a.driftWorkflow(ctx, workflows.WorkflowID(k.Type, k.ID))
 	if !ok {
 		return nil, false, nil
 	}
@@ -128,10 +122,10 @@ type driftTable struct {
 	below       []int64 // pending or dispatched at or below delivered
 }
 
-func (a *Maintenance) driftRows(ctx context.Context, k aggregateKey, grace time.Duration) (driftTable, bool, error) {
-	r, found, err := outbox.ReadDriftRows(ctx, a.pool, k.typ, k.id, grace)
+func (a *Maintenance) driftRows(ctx context.Context, k outbox.AggregateKey, grace time.Duration) (driftTable, bool, error) {
+	r, found, err := outbox.ReadDriftRows(ctx, a.pool, k.Type, k.ID, grace)
 	if err != nil {
-		return driftTable{}, false, fmt.Errorf("read rows of %s/%s: %w", k.typ, k.id, err)
+		return driftTable{}, false, fmt.Errorf("read rows of %s/%s: %w", k.Type, k.ID, err)
 	}
 	// Not found: deleted since the sample was taken.
 	return driftTable{delivered: r.Delivered, dispatched: r.Dispatched, quarantined: r.Quarantined, below: r.Below}, found, nil
@@ -178,7 +172,7 @@ func (a *Maintenance) driftWorkflow(ctx context.Context, id string) (driftWorkfl
 
 // judgeDrift compares one aggregate's rows (read before and after asking
 // its workflow) with the workflow. Pure, so every rule has a table test.
-func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after driftTable, in workflows.DriftInput) []workflows.Drift {
+func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, after driftTable, in workflows.DriftInput) []workflows.Drift {
 	var out []workflows.Drift
 	add := func(kind, differs, action string) {
 		out = append(out, workflows.Drift{WorkflowID: wf.id, Kind: kind, Differs: differs, Action: action})
@@ -189,7 +183,7 @@ func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after drift
 			fmt.Sprintf("rows %s are not published but outbox_aggregates.delivered_version is %d", versions(after.below), after.delivered),
 			fmt.Sprintf("no run will publish them (each resumes after delivered_version). If they were delivered, mark them: "+
 				"%s; if not, set delivered_version to %d and terminate the workflow (later versions are published again; consumers deduplicate)",
-				outbox.AdviceMarkPublished(k.typ, k.id, after.delivered), after.below[0]-1))
+				outbox.AdviceMarkPublished(k.Type, k.ID, after.delivered), after.below[0]-1))
 	}
 
 	// A workflow may publish its last rows and complete between the first
@@ -205,7 +199,7 @@ func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after drift
 		if len(after.quarantined) > 0 {
 			add(workflows.DriftWorkflowGone,
 				fmt.Sprintf("row %s is quarantined but the workflow that held it is %s: nothing retries it", versions(after.quarantined), wf.status),
-				"set it back to pending and a new run tries it again: "+outbox.AdviceRequeue(k.typ, k.id, "quarantined"))
+				"set it back to pending and a new run tries it again: "+outbox.AdviceRequeue(k.Type, k.ID, "quarantined"))
 		}
 		return out
 	}
@@ -225,7 +219,7 @@ func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after drift
 			fmt.Sprintf("the running workflow has delivered %d, outbox_aggregates.delivered_version says %d", st.Delivered, after.delivered),
 			fmt.Sprintf("delivered_version moved back (a restore, a manual update?). If versions %d to %d are published in outbox_events, "+
 				"set it: %s; otherwise the next run publishes them again (consumers deduplicate)",
-				after.delivered+1, st.Delivered, outbox.AdviceSetDelivered(k.typ, k.id, st.Delivered)))
+				after.delivered+1, st.Delivered, outbox.AdviceSetDelivered(k.Type, k.ID, st.Delivered)))
 	}
 	var lost []int64
 	for _, v := range before.dispatched {
@@ -237,7 +231,7 @@ func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after drift
 		add(workflows.DriftSignalLost,
 			fmt.Sprintf("rows %s are dispatched but the running workflow does not hold them (delivered %d, pending %s)", versions(lost), st.Delivered, versions(st.Pending)),
 			"set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): "+
-				outbox.AdviceRequeue(k.typ, k.id, "dispatched"))
+				outbox.AdviceRequeue(k.Type, k.ID, "dispatched"))
 	}
 	return out
 }
