@@ -46,10 +46,15 @@ type runner struct {
 	prod      *producer
 	consumer  *Consumer
 
-	temporal     *child
-	temporalAddr string
-	// temporalMetrics is the URL of the server's own /metrics.
-	temporalMetrics string
+	// temporal is the Temporal server's process, or the frontend process
+	// of a cluster of processes (Config.TemporalCluster), temporalHistory
+	// the cluster's history processes.
+	temporal        *child
+	temporalHistory []*child
+	temporalAddr    string
+	// temporalMetrics are the URLs of the server's own /metrics, one per
+	// process.
+	temporalMetrics []string
 	tc              client.Client
 
 	seq int
@@ -241,6 +246,9 @@ func (r *runner) setup(ctx context.Context) error {
 // another process takes one of the ports the server picked: it is tried
 // three times.
 func (r *runner) startTemporal(ctx context.Context) error {
+	if r.cfg.TemporalCluster > 0 {
+		return r.startTemporalCluster(ctx)
+	}
 	// A folder of its own, emptied at every start: the server keeps more
 	// than one file there (WAL, a visibility database of its own).
 	dir := filepath.Join(r.cfg.OutDir, "temporal")
@@ -280,7 +288,7 @@ func (r *runner) startTemporal(ctx context.Context) error {
 		if err == nil {
 			r.temporal = c
 			r.temporalAddr = strings.TrimSpace(line[strings.Index(line, TemporalReady)+len(TemporalReady):])
-			r.temporalMetrics = metricsURL(metricsAddr)
+			r.temporalMetrics = []string{metricsURL(metricsAddr)}
 			break
 		}
 		_ = c.stop(5 * time.Second)
@@ -289,13 +297,21 @@ func (r *runner) startTemporal(ctx context.Context) error {
 		}
 		r.progress.say("Temporal: did not start (%v); trying again", err)
 	}
+	if err := r.dialTemporal(ctx); err != nil {
+		return err
+	}
+	r.progress.say("Temporal: ready on %s (pid %d)", r.temporalAddr, r.temporal.pid())
+	return nil
+}
+
+// dialTemporal connects the bench's client to the server's frontend.
+func (r *runner) dialTemporal(ctx context.Context) error {
 	tc, err := client.DialContext(ctx, client.Options{HostPort: r.temporalAddr, Namespace: namespace,
 		Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", r.temporalAddr, err)
 	}
 	r.tc = tc
-	r.progress.say("Temporal: ready on %s (pid %d)", r.temporalAddr, r.temporal.pid())
 	return nil
 }
 
@@ -333,11 +349,7 @@ func (r *runner) close() {
 	if r.tc != nil {
 		r.tc.Close()
 	}
-	if r.temporal != nil {
-		if err := r.temporal.stop(30 * time.Second); err != nil {
-			r.progress.say("Temporal: %v", err)
-		}
-	}
+	r.stopTemporal()
 	if r.pool != nil {
 		r.pool.Close()
 	}
@@ -573,10 +585,10 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	}
 	readyAt := time.Now()
 
-	var temporalPid int
+	var temporalPids []int
 	if system == SystemFerry && r.temporal != nil {
-		temporalPid = r.temporal.pid()
-		if err := ResetPeak(temporalPid); err != nil {
+		temporalPids = r.temporalPids()
+		if err := resetPeaks(temporalPids); err != nil {
 			r.progress.say("Temporal peak memory covers the whole bench: %v", err)
 		}
 	}
@@ -585,8 +597,8 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 		return res, err
 	}
 	var tempStart ProcSample
-	if temporalPid != 0 {
-		if tempStart, err = ReadProc(temporalPid); err != nil {
+	if len(temporalPids) > 0 {
+		if tempStart, err = readProcs(temporalPids); err != nil {
 			return res, err
 		}
 	}
@@ -604,8 +616,8 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 			if ps, err := ReadProc(sys.pid()); err == nil {
 				p.RelayMiB = mib(ps.RSS)
 			}
-			if temporalPid != 0 {
-				if ps, err := ReadProc(temporalPid); err == nil {
+			if len(temporalPids) > 0 {
+				if ps, err := readProcs(temporalPids); err == nil {
 					p.TemporalMiB = mib(ps.RSS)
 				}
 			}
@@ -670,8 +682,8 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	}
 	sysEnd, errSys := ReadProc(sys.pid())
 	var tempEnd ProcSample
-	if temporalPid != 0 {
-		tempEnd, _ = ReadProc(temporalPid)
+	if len(temporalPids) > 0 {
+		tempEnd, _ = readProcs(temporalPids)
 	}
 	// The relay's last updates (the marks after the last publish) reach
 	// pg_stat_user_tables only once its backends report them.
@@ -722,7 +734,7 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	if errSys == nil {
 		res.Relay = procFigures(sysStart, sysEnd, res.Events)
 	}
-	if temporalPid != 0 {
+	if len(temporalPids) > 0 {
 		f := procFigures(tempStart, tempEnd, res.Events)
 		res.Temporal = &f
 	}
