@@ -181,7 +181,7 @@ binary fails here and says what to run instead.`,
 			}
 
 			// Demo orders are charged and confirmed by e-mail through
-			// sandboxes on loopback (README, Side effects).
+			// sandboxes on loopback (docs/side-effects.md).
 			stopSandboxes, err := dev.StartSandboxes(ctx, &cfg, faultRate, out)
 			if err != nil {
 				return err
