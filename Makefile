@@ -76,7 +76,9 @@ test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_D
 # BENCH_FLAGS='-sources poll,wal' for Ferry with both relay sources side by
 # side (on a PostgreSQL cluster the bench starts itself, wal_level=logical),
 # or BENCH_FLAGS='-temporal-postgres-url postgres://postgres@127.0.0.1:5432/postgres'
-# for the bench's Temporal server on PostgreSQL instead of SQLite.
+# for the bench's Temporal server on PostgreSQL instead of SQLite, with
+# -temporal-cluster 2 added as a cluster of processes (bin/ferry-dev dev temporal:
+# a frontend process and 2 history processes).
 .PHONY: bench
 bench: build-ferry bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 1 hour)
 	./$(BIN)/ferry-bench $(BENCH_FLAGS)
@@ -86,7 +88,7 @@ bench-quick: build-ferry bench-bin ## The benchmark at 1/10 size, 1 rep (about 3
 	./$(BIN)/ferry-bench -scale 0.1 -reps 1 -duration 10s -commit-duration 3s $(BENCH_FLAGS)
 
 .PHONY: bench-bin
-bench-bin:
+bench-bin: build-dev
 	@mkdir -p $(BIN)
 	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-bench ./cmd/ferry-bench
 	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-bench-temporal ./cmd/ferry-bench-temporal

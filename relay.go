@@ -28,7 +28,7 @@ type Deps struct {
 	Temporal client.Client
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// Metrics, when set, takes Ferry's collectors (README, Metrics): the
+	// Metrics, when set, takes Ferry's collectors (docs/operating.md, "Metrics, alerts, dashboard"): the
 	// relay's and maintenance counters, and the backlog, its oldest age and
 	// the table size read from Pool at scrape time. Your service's /metrics
 	// serves them. Nil: no metrics.

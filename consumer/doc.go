@@ -30,4 +30,8 @@
 // dead-letter exchange and a delivery limit) and its AMQP connection. It does
 // not own the inbox tables (package inbox), payload schemas (package upcast)
 // or the exchange's contents (Ferry's relay).
+//
+// Files: consumer.go (Config, New, Start/Stop, the public types), run.go
+// (the connect loop and the workers), session.go (connection, channel and
+// topology), handle.go (one delivery through the ordering policy).
 package consumer

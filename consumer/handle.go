@@ -139,9 +139,10 @@ func (c *Consumer) gap(j job, res Result) {
 	if waited >= c.cfg.GapTimeout {
 		c.park(j, res, Parked, CauseGapTimeout, fmt.Sprintf(
 			"version %d of %s/%s waited %s for version %d (last applied %d), longer than the gap timeout %s; "+
-				"replay the missing version and move this message back to %s, or discard it",
+				"if version %d is blocked at Ferry (ferry blocked), repair it there, then move this message back to %s or ferry replay it; "+
+				"a version skipped at Ferry (ferry_repairs) never comes: discard this message or apply it by hand",
 			ev.AggregateVersion, ev.AggregateType, ev.AggregateID, waited.Round(time.Second), res.LastApplied+1,
-			res.LastApplied, c.cfg.GapTimeout, c.cfg.Queue))
+			res.LastApplied, c.cfg.GapTimeout, res.LastApplied+1, c.cfg.Queue))
 		return
 	}
 	msg := republish(j.d, amqp.Table{HeaderGapSince: since.UnixMilli(), HeaderOriginalRoutingKey: originalRoutingKey(j.d)})

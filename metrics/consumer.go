@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -60,10 +59,8 @@ func NewConsumer(reg prometheus.Registerer) (*Consumer, error) {
 		Name: "ferry_inbox_cleaned_timestamp_seconds",
 		Help: "When this process's inbox cleaner last finished a round (Unix time), by consumer; a round another process's cleaner held counts too, and so does the cleaner's start until it finishes one.",
 	}, []string{"consumer"})
-	for _, col := range []prometheus.Collector{c.outcomes, c.deadLettered, c.lag, c.depth, c.inboxCleaned, c.inboxRound} {
-		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("register metric: %w", err)
-		}
+	if err := register(reg, c.outcomes, c.deadLettered, c.lag, c.depth, c.inboxCleaned, c.inboxRound); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,10 +39,8 @@ func NewMaintenance(reg prometheus.Registerer) (*Maintenance, error) {
 			Help: "Aggregates whose rows and workflow disagreed twice in a drift check, by kind (workflow_gone, workflow_behind, workflow_ahead, signal_lost, below_cursor).",
 		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.retention, m.reconciled, m.driftSampled, m.driftUnchecked, m.driftFound} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register metric: %w", err)
-		}
+	if err := register(reg, m.retention, m.reconciled, m.driftSampled, m.driftUnchecked, m.driftFound); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -35,10 +35,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Repairs and replays applied (audited), by action.",
 		}, []string{"action"}),
 	}
-	for _, c := range []prometheus.Collector{m.quarantined, m.repairs} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register metric: %w", err)
-		}
+	if err := register(reg, m.quarantined, m.repairs); err != nil {
+		return nil, err
 	}
 	var err error
 	if m.relay, err = NewRelay(reg); err != nil {
@@ -133,4 +131,14 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(size))
 	}
 	ch <- prometheus.MustNewConstMetric(c.errDesc, prometheus.GaugeValue, failed)
+}
+
+// register registers every collector on reg, stopping at the first refusal.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metric: %w", err)
+		}
+	}
+	return nil
 }

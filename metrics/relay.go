@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,10 +55,8 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 			Help: "Aggregates handed to Temporal by pollers, by how: start (a one-shot run), start_fallback (a run was open: signalled), signal (signal-with-start).",
 		}, []string{"how"}),
 	}
-	for _, c := range []prometheus.Collector{r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register metric: %w", err)
-		}
+	if err := register(reg, r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -139,13 +139,19 @@ func Quarantined(ctx context.Context, db Queryer, limit int) ([]Row, error) {
 	if limit > 0 {
 		lim = &limit
 	}
-	rows, err := db.Query(ctx, sqlQuarantined, lim)
+	return queryRows(ctx, db, "read quarantined rows", sqlQuarantined, lim)
+}
+
+// queryRows runs a query whose columns scanRow reads; what names it in the
+// error.
+func queryRows(ctx context.Context, db Queryer, what, sql string, args ...any) ([]Row, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read quarantined rows: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	out, err := pgx.CollectRows(rows, scanRow)
 	if err != nil {
-		return nil, fmt.Errorf("read quarantined rows: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -159,13 +165,9 @@ FROM outbox_events WHERE id = ANY($1::uuid[])`
 // case (PostgreSQL's text form of a UUID); ids without a row are missing
 // from the map. Every id must be a UUID.
 func RowsByID(ctx context.Context, db Queryer, ids []string) (map[string]Row, error) {
-	rows, err := db.Query(ctx, sqlRowsByID, ids)
+	list, err := queryRows(ctx, db, "load events", sqlRowsByID, ids)
 	if err != nil {
-		return nil, fmt.Errorf("load events: %w", err)
-	}
-	list, err := pgx.CollectRows(rows, scanRow)
-	if err != nil {
-		return nil, fmt.Errorf("load events: %w", err)
+		return nil, err
 	}
 	out := make(map[string]Row, len(list))
 	for _, r := range list {

@@ -1,8 +1,13 @@
 package poller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // Event is one outbox row handed to its aggregate's workflow by a relay
@@ -74,4 +79,68 @@ func (p *Poller) Drain(ctx context.Context) (total int, err error) {
 			return total, err
 		}
 	}
+}
+
+type aggregateGroup struct {
+	aggType, aggID string
+	events         []workflows.EventRef
+	ids            []string
+	rows           []claimed // for the dispatch span's parent and links
+}
+
+// group splits a batch per aggregate, versions ascending, aggregates in the
+// order they first appear (oldest first).
+func group(batch []claimed) []*aggregateGroup {
+	byKey := map[string]*aggregateGroup{}
+	var out []*aggregateGroup
+	for _, c := range batch {
+		key := c.aggType + "\x00" + c.aggID
+		g := byKey[key]
+		if g == nil {
+			g = &aggregateGroup{aggType: c.aggType, aggID: c.aggID}
+			byKey[key] = g
+			out = append(out, g)
+		}
+		g.events = append(g.events, workflows.EventRef{ID: c.id, Version: c.version, Type: c.eventType})
+		g.ids = append(g.ids, c.id)
+		g.rows = append(g.rows, c)
+	}
+	for _, g := range out {
+		slices.SortFunc(g.events, func(a, b workflows.EventRef) int { return cmp.Compare(a.Version, b.Version) })
+	}
+	return out
+}
+
+type failure struct {
+	workflowID string
+	ids        []string
+	rows       []claimed
+	err        error
+}
+
+// dispatch signals every group, Concurrency at a time. One aggregate's
+// failure never stops the others.
+func (p *Poller) dispatch(ctx context.Context, groups []*aggregateGroup) (ok []string, failed []failure) {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, p.cfg.Concurrency)
+	)
+	for _, g := range groups {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := p.signal(ctx, g)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, failure{workflowID: workflows.WorkflowID(g.aggType, g.aggID), ids: g.ids, rows: g.rows, err: err})
+				return
+			}
+			ok = append(ok, g.ids...)
+		}()
+	}
+	wg.Wait()
+	return ok, failed
 }

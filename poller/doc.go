@@ -10,4 +10,9 @@
 // It wakes on LISTEN/NOTIFY over a dedicated connection and polls as a
 // fallback. Several pollers may run at once. It owns no business logic and
 // no delivery: it does not touch RabbitMQ.
+//
+// Files: poller.go (Config, Start/Stop, the loop), claim.go (the claim SQL,
+// RunOnce, quarantine of refused rows), dispatch.go (grouping per aggregate,
+// Dispatch), start.go (one-shot start and Signal-With-Start), listen.go
+// (LISTEN/NOTIFY wake-ups).
 package poller

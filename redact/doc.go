@@ -2,7 +2,7 @@
 // shows people: log lines, command output, error messages, and the reasons
 // of messages a consumer parks.
 //
-// A deployment names its sensitive fields (README, Privacy); New turns those
+// A deployment names its sensitive fields (docs/operating.md, "Privacy"); New turns those
 // specs into a Redactor. Three uses, from exact to best effort:
 //
 //   - Payload rewrites a JSON payload with every sensitive value replaced by

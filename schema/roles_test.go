@@ -30,7 +30,7 @@ type roles struct {
 	producer, relay, consumer, cschema string
 }
 
-// setupRoles runs roles.sql with psql, exactly as the README says, on a
+// setupRoles runs roles.sql with psql, exactly as docs/deployment.md says, on a
 // fresh schema, with role names unique to the test (roles are cluster-wide)
 // that are dropped at cleanup.
 func setupRoles(t *testing.T) *roles {

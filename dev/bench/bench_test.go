@@ -186,6 +186,10 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{WorkloadOnePerAgg, WorkloadCeiling}, c.Workloads, "the ceiling runs next to the workload it is compared with")
 	require.Equal(t, 1_000, ceilingWorkflows(0.1), "as many runs as one-per-agg starts")
+	c, err = Config{FerryBin: "out/ferry", TemporalPostgresURL: "postgres://h/postgres", TemporalCluster: 2}.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, "out/ferry-dev", c.FerryDevBin, "the cluster's processes run the ferry-dev next to ferry")
+	require.Contains(t, c.temporalPersistence(), "a frontend and 2 history")
 
 	for _, tt := range []struct {
 		cfg   Config
@@ -197,6 +201,8 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		{Config{Schema: "public"}, "Config.Schema"},
 		{Config{Schema: "Robert'); DROP"}, "Config.Schema"},
 		{Config{SteadyDuration: time.Millisecond}, "Config.SteadyDuration"},
+		{Config{TemporalCluster: 2}, "Config.TemporalPostgresURL"},
+		{Config{TemporalCluster: -1, TemporalPostgresURL: "postgres://h/postgres"}, "Config.TemporalCluster"},
 	} {
 		_, err := tt.cfg.WithDefaults()
 		require.ErrorContains(t, err, tt.field)

@@ -99,12 +99,12 @@ func (r *runner) ceilingOnce(ctx context.Context, variant string, rep int) (Ceil
 	}
 	defer w.Stop()
 
-	pid := r.temporal.pid()
-	if err := ResetPeak(pid); err != nil {
+	pids := r.temporalPids()
+	if err := resetPeaks(pids); err != nil {
 		r.progress.say("Temporal peak memory covers the whole bench: %v", err)
 	}
 	before := r.scrapeCost(ctx)
-	cpuStart, err := ReadProc(pid)
+	cpuStart, err := readProcs(pids)
 	if err != nil {
 		return res, err
 	}
@@ -142,7 +142,7 @@ func (r *runner) ceilingOnce(ctx context.Context, variant string, rep int) (Ceil
 			return res, err
 		}
 	}
-	cpuEnd, err := ReadProc(pid)
+	cpuEnd, err := readProcs(pids)
 	if err != nil {
 		return res, err
 	}

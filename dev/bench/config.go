@@ -62,6 +62,14 @@ type Config struct {
 	// TemporalPostgresDB names the server's databases with
 	// TemporalPostgresURL. Default "ferry_bench_temporal".
 	TemporalPostgresDB string `json:"temporal_postgres_db,omitempty"`
+	// TemporalCluster, above 0, runs the server as a cluster of processes
+	// on TemporalPostgresURL (package dev/tcluster): a frontend process and
+	// TemporalCluster history processes, each `ferry-dev dev temporal`.
+	// Default 0: one process (ferry-bench-temporal).
+	TemporalCluster int `json:"temporal_cluster,omitempty"`
+	// FerryDevBin is the ferry-dev binary that runs the processes of a
+	// TemporalCluster. Default "ferry-dev" next to FerryBin.
+	FerryDevBin string
 	// TemporalShards is the server's number of history shards with
 	// TemporalPostgresURL (SQLite: 1). Default 4.
 	TemporalShards int `json:"temporal_shards,omitempty"`
@@ -150,6 +158,12 @@ func (c Config) WithDefaults() (Config, error) {
 			return c, fmt.Errorf("bench: Config.TemporalPostgresDB %q: want a lower-case SQL name", c.TemporalPostgresDB)
 		}
 	}
+	switch {
+	case c.TemporalCluster < 0:
+		return c, fmt.Errorf("bench: Config.TemporalCluster is %d: want 0 (one process) or a number of history processes", c.TemporalCluster)
+	case c.TemporalCluster > 0 && c.TemporalPostgresURL == "":
+		return c, fmt.Errorf("bench: Config.TemporalCluster %d needs Config.TemporalPostgresURL: the cluster's processes share its databases", c.TemporalCluster)
+	}
 	c.Reps = cmp.Or(c.Reps, 3)
 	if len(c.Workloads) == 0 {
 		c.Workloads = slices.Clone(WorkloadNames)
@@ -180,6 +194,7 @@ func (c Config) WithDefaults() (Config, error) {
 	c.Clients = cmp.Or(c.Clients, 16)
 	c.OutDir = cmp.Or(c.OutDir, "bench-output")
 	c.FerryBin = cmp.Or(c.FerryBin, "bin/ferry")
+	c.FerryDevBin = cmp.Or(c.FerryDevBin, filepath.Join(filepath.Dir(c.FerryBin), "ferry-dev"))
 	if c.TemporalBin == "" && c.Self != "" {
 		c.TemporalBin = filepath.Join(filepath.Dir(c.Self), "ferry-bench-temporal")
 	}
@@ -322,6 +337,9 @@ func validIdent(s string) bool { return regexp.MustCompile(`^[a-z_][a-z0-9_]{0,5
 // temporalPersistence names the bench Temporal server's persistence.
 func (c Config) temporalPersistence() string {
 	if c.TemporalPostgresURL != "" {
+		if c.TemporalCluster > 0 {
+			return fmt.Sprintf("PostgreSQL, %d history shards, a cluster of processes: a frontend and %d history", c.TemporalShards, c.TemporalCluster)
+		}
 		return fmt.Sprintf("PostgreSQL, %d history shards", c.TemporalShards)
 	}
 	return "SQLite"

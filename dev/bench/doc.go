@@ -31,7 +31,11 @@
 // The package owns the workloads, the measurement and the report (table,
 // JSON, PNG). It does not link the Temporal server, so the plain relay,
 // dev/cmd/ferry-bench re-executed (RoleEnv), is as small as a plain relay is;
-// dev/cmd/ferry-bench-temporal runs the server. It creates and drops only its
-// own schema (Config.Schema), exchange, replication slots and publications,
-// and its own cluster; it never reconfigures a server it is given.
+// dev/cmd/ferry-bench-temporal runs the server, or, with
+// Config.TemporalCluster, ferry-dev's `dev temporal` runs it as a cluster of
+// processes laid out by dev/tcluster (metrics, CPU and memory summed over
+// them). It creates and drops only its own schema (Config.Schema), Temporal
+// databases (Config.TemporalPostgresDB), exchange, replication slots and
+// publications, and its own cluster; it never reconfigures a server it is
+// given.
 package bench

@@ -67,13 +67,13 @@ func (r *runner) waitIdle(ctx context.Context) error {
 		return nil
 	}
 	began := time.Now()
-	pid := r.temporal.pid()
+	pids := r.temporalPids()
 	prev, prevAt, err := r.scrapeActivity(ctx)
 	if err != nil {
 		return err
 	}
 	for {
-		cpuStart, err := ReadProc(pid)
+		cpuStart, err := readProcs(pids)
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func (r *runner) waitIdle(ctx context.Context) error {
 		if !sleepCtx(ctx, idleWindow) {
 			return ctx.Err()
 		}
-		cpuEnd, err := ReadProc(pid)
+		cpuEnd, err := readProcs(pids)
 		if err != nil {
 			return err
 		}
@@ -109,7 +109,7 @@ func (r *runner) waitIdle(ctx context.Context) error {
 
 // scrapeActivity reads the server's activity counters and when.
 func (r *runner) scrapeActivity(ctx context.Context) (serverActivity, time.Time, error) {
-	m, err := scrapeServer(ctx, r.temporalMetrics)
+	m, err := r.scrapeTemporal(ctx)
 	if err != nil {
 		return serverActivity{}, time.Time{}, err
 	}

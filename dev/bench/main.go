@@ -51,6 +51,8 @@ Flags:
 	fs.StringVar(&cfg.TemporalBin, "temporal-bin", "", "the Temporal server's binary (default ferry-bench-temporal next to this one)")
 	fs.StringVar(&cfg.TemporalPostgresURL, "temporal-postgres-url", env("FERRY_BENCH_TEMPORAL_POSTGRES_URL", ""), "keep the Temporal server's state in PostgreSQL on this server instead of SQLite, in databases -temporal-db and -temporal-db_visibility, dropped and created afresh (FERRY_BENCH_TEMPORAL_POSTGRES_URL)")
 	fs.StringVar(&cfg.TemporalPostgresDB, "temporal-db", "", "with -temporal-postgres-url: the name of the Temporal server's database (default ferry_bench_temporal)")
+	fs.IntVar(&cfg.TemporalCluster, "temporal-cluster", 0, "with -temporal-postgres-url: run Temporal as a cluster of processes, a frontend process and this many history processes (ferry-dev dev temporal; default 0: one process)")
+	fs.StringVar(&cfg.FerryDevBin, "ferry-dev-bin", "", "with -temporal-cluster: the ferry-dev binary that runs the cluster's processes (default ferry-dev next to -ferry-bin)")
 	fs.IntVar(&cfg.TemporalShards, "temporal-shards", 0, "with -temporal-postgres-url: history shards (default 4)")
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", env("FERRY_BENCH_POSTGRES_URL", ""), "PostgreSQL database for the bench schema (FERRY_BENCH_POSTGRES_URL; default Ferry's)")
 	fs.StringVar(&cfg.Schema, "schema", "ferry_bench", "bench-only schema, dropped and created afresh")

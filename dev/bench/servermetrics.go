@@ -87,6 +87,27 @@ func scrapeServer(ctx context.Context, url string) (serverMetrics, error) {
 	return parseServerMetrics(resp.Body)
 }
 
+// scrapeTemporal reads the /metrics of every process of the bench's
+// Temporal server and sums them: the samples of one family from several
+// processes are kept side by side, and every reading below sums samples.
+func (r *runner) scrapeTemporal(ctx context.Context) (serverMetrics, error) {
+	sum := serverMetrics{}
+	for _, url := range r.temporalMetrics {
+		m, err := scrapeServer(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		for name, f := range m {
+			if into, ok := sum[name]; ok {
+				into.Metric = append(into.Metric, f.Metric...)
+			} else {
+				sum[name] = f
+			}
+		}
+	}
+	return sum, nil
+}
+
 // family finds a metric by its name in the server's code, whatever
 // suffixes the exporter added. Nil when absent: a counter appears only once
 // it was first counted.
@@ -328,7 +349,7 @@ type metricsReading struct {
 // A failed scrape costs the run its server figures, not the bench: nil,
 // and it says why.
 func (r *runner) scrapeCost(ctx context.Context) *metricsReading {
-	m, err := scrapeServer(ctx, r.temporalMetrics)
+	m, err := r.scrapeTemporal(ctx)
 	if err != nil {
 		r.progress.say("this run has no server cost: %v", err)
 		return nil

@@ -77,7 +77,7 @@ func (p *Producer) create(ctx context.Context, n int) (uuid.UUID, error) {
 			return err
 		}
 		// amount, currency and email feed the dev routes' charge and
-		// confirmation e-mail (README, Side effects).
+		// confirmation e-mail (docs/side-effects.md).
 		payload, _ := json.Marshal(map[string]any{"order_id": id, "customer": customer, "total_cents": total,
 			"amount": total, "currency": "eur", "email": customer + "@example.com"})
 		var err error

@@ -35,16 +35,17 @@ func (dev) StartServer(ctx context.Context, c cli.DevServerConfig) (cli.DevServe
 			VisibilityDatabase: c.Postgres.VisibilityDatabase, HistoryShards: c.Postgres.HistoryShards}
 	}
 	return devserver.Start(ctx, devserver.Config{
-		CodecEndpoint: c.CodecEndpoint,
-		DatabasePath:  c.DatabasePath,
-		Address:       c.Address,
-		UIAddress:     c.UIAddress,
-		Namespace:     c.Namespace,
-		LogFile:       c.LogFile,
-		Postgres:      pg,
-		Services:      c.Services,
-		InternalPorts: c.InternalPorts,
-		Progress:      c.Progress,
+		CodecEndpoint:  c.CodecEndpoint,
+		DatabasePath:   c.DatabasePath,
+		Address:        c.Address,
+		UIAddress:      c.UIAddress,
+		Namespace:      c.Namespace,
+		LogFile:        c.LogFile,
+		Postgres:       pg,
+		Services:       c.Services,
+		InternalPorts:  c.InternalPorts,
+		Progress:       c.Progress,
+		MetricsAddress: c.MetricsAddress,
 		// The dead-letter view: Ferry's search attributes.
 		SearchAttributes: workflows.SearchAttributeTypes,
 	})

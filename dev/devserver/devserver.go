@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,7 +19,6 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/common/authorization"
-	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/log"
 	"go.temporal.io/server/common/log/tag"
@@ -30,8 +28,6 @@ import (
 	"go.temporal.io/server/temporal"
 
 	uiserver "github.com/temporalio/ui-server/v2/server"
-	uiconfig "github.com/temporalio/ui-server/v2/server/config"
-	uioptions "github.com/temporalio/ui-server/v2/server/server_options"
 )
 
 // Config configures an embedded Temporal server.
@@ -458,83 +454,4 @@ func (s *Server) addSearchAttributes(ctx context.Context) error {
 		return fmt.Errorf("devserver: register search attributes: %w", err)
 	}
 	return nil
-}
-
-func (s *Server) startUI() error {
-	host, port, err := splitHostPort(s.cfg.UIAddress)
-	if err != nil {
-		return fmt.Errorf("devserver: UIAddress %q: %w", s.cfg.UIAddress, err)
-	}
-	if port == 0 {
-		if port, err = freePort(host); err != nil {
-			return err
-		}
-	} else if err := portFree(host, port); err != nil {
-		return fmt.Errorf("devserver: UIAddress %s is taken: %w", s.cfg.UIAddress, err)
-	}
-	cfg := &uiconfig.Config{
-		Host:                host,
-		Port:                port,
-		TemporalGRPCAddress: s.frontend,
-		EnableUI:            true,
-		DefaultNamespace:    s.cfg.Namespace,
-		HideLogs:            true,
-		DisableNewsFetch:    true, // no internet here, and none needed
-		CORS:                uiconfig.CORS{CookieInsecure: true},
-		Codec:               uiconfig.Codec{Endpoint: s.cfg.CodecEndpoint},
-	}
-	s.ui = uiserver.NewServer(uioptions.WithConfigProvider(cfg))
-	s.uiURL = "http://" + net.JoinHostPort(host, strconv.Itoa(port))
-	go func() { _ = s.ui.Start() }()
-	// Wait until the UI answers so the printed URL works when a person clicks it.
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(s.uiURL + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("devserver: UI on %s did not answer", s.uiURL)
-}
-
-func serverConfig(host string, port int, ports []int, st stores) *config.Config {
-	svc := func(grpc, membership int) config.Service {
-		return config.Service{RPC: config.RPC{GRPCPort: grpc, MembershipPort: membership, BindOnIP: host}}
-	}
-	frontendHostPort := net.JoinHostPort(host, strconv.Itoa(port))
-	return &config.Config{
-		Global: config.Global{
-			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: host},
-		},
-		Persistence: st.persistence(),
-		ClusterMetadata: &cluster.Config{
-			EnableGlobalNamespace:    false,
-			FailoverVersionIncrement: 10,
-			MasterClusterName:        clusterName,
-			CurrentClusterName:       clusterName,
-			ClusterInformation: map[string]cluster.ClusterInformation{
-				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendHostPort},
-			},
-		},
-		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
-		Services: map[string]config.Service{
-			string(primitives.FrontendService): svc(port, ports[0]),
-			string(primitives.HistoryService):  svc(ports[1], ports[2]),
-			string(primitives.MatchingService): svc(ports[3], ports[4]),
-			string(primitives.WorkerService):   svc(ports[5], ports[6]),
-		},
-		Archival: config.Archival{
-			History:    config.HistoryArchival{State: "disabled"},
-			Visibility: config.VisibilityArchival{State: "disabled"},
-		},
-		NamespaceDefaults: config.NamespaceDefaults{
-			Archival: config.ArchivalNamespaceDefaults{
-				History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
-				Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
-			},
-		},
-		PublicClient: config.PublicClient{HostPort: frontendHostPort},
-	}
 }

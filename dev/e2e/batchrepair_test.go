@@ -65,7 +65,7 @@ func memo(t *testing.T, workflowID, key string) string {
 	return s
 }
 
-// The README's batch repair: one batch signal by query, with no event id
+// The runbook's batch repair (docs/runbook.md): one batch signal by query, with no event id
 // and the error class it expects, repairs every aggregate blocked with that
 // class, each at its own event, audited per event; a batch whose class
 // does not match is rejected by each workflow, and the reason is on the

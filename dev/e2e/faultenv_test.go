@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/dev/devserver"
+	"github.com/ferry-outbox/ferry/dev/tcluster"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -156,14 +157,12 @@ func (o *ownTemporal) command() (args, env []string, ready string) {
 	if len(o.services) == 0 {
 		return nil, o.childEnv(), temporalReady
 	}
-	ports := make([]string, len(o.ports))
-	for i, p := range o.ports {
-		ports[i] = strconv.Itoa(p)
-	}
-	args = []string{"dev", "temporal", "--temporal-address", o.addr, "--services", strings.Join(o.services, ","),
-		"--ports", strings.Join(ports, ","), "--temporal-postgres-url", o.pg.url, "--temporal-database", o.pg.db,
-		"--temporal-visibility-database", o.pg.vis, "--temporal-history-shards", strconv.Itoa(o.pg.shards)}
-	return args, []string{childEnv + "=1", "FERRY_LOG_LEVEL=warn"}, "ferry dev temporal: "
+	return o.member().Args(o.pg.layout()), []string{childEnv + "=1", "FERRY_LOG_LEVEL=warn"}, tcluster.Ready
+}
+
+// member is the server as a part of a cluster.
+func (o *ownTemporal) member() tcluster.Member {
+	return tcluster.Member{Address: o.addr, Services: o.services, Ports: o.ports}
 }
 
 // childEnv is the environment of the server process.

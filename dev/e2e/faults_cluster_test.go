@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Ferry on Temporal as a cluster of processes on PostgreSQL (tcluster): a
+// Ferry on Temporal as a cluster of processes on PostgreSQL (tempCluster): a
 // frontend process and two history processes sharing 8 shards, Ferry as two
 // `ferry poller` and two `ferry worker` processes, the checker's consumer,
 // and a fault that strikes Temporal under load. The long versions are in
@@ -22,7 +22,7 @@ const clusterShards, clusterHistories = 8, 2
 // requireClusterFormed waits until every process of cl is a member on
 // record in PostgreSQL and checks that the shards are spread over every
 // history host.
-func requireClusterFormed(t *testing.T, cl *tcluster) {
+func requireClusterFormed(t *testing.T, cl *tempCluster) {
 	t.Helper()
 	// Roles: 1 frontend, 2 history, 3 matching, 4 worker.
 	waitFor(t, 30*time.Second, "every member on record", func() bool {
@@ -48,7 +48,7 @@ type clusterRun struct {
 
 // runClusterFault runs the checker's load through Ferry on cl while strike
 // injects its fault, and checks. strike returns how many faults it made.
-func runClusterFault(t *testing.T, cl *tcluster, strike func(t *testing.T) int) clusterRun {
+func runClusterFault(t *testing.T, cl *tempCluster, strike func(t *testing.T) int) clusterRun {
 	t.Helper()
 	e := setup(t)
 	c := e.newChecker(t)
@@ -74,7 +74,7 @@ func runClusterFault(t *testing.T, cl *tcluster, strike func(t *testing.T) int) 
 // killHistory SIGKILLs the history host that owns the most shards, waits
 // until the other hosts own them all, starts it again after down, and
 // waits until it owns shards again.
-func killHistory(t *testing.T, cl *tcluster, down time.Duration) {
+func killHistory(t *testing.T, cl *tempCluster, down time.Duration) {
 	t.Helper()
 	owners := cl.shardOwners(t)
 	victim := slices.MaxFunc(cl.history, func(a, b *ownTemporal) int { return owned(owners, a) - owned(owners, b) })
@@ -93,7 +93,7 @@ func killHistory(t *testing.T, cl *tcluster, down time.Duration) {
 
 // killFrontend SIGKILLs the frontend process (frontend, matching, internal
 // worker) and starts it again after down on the same ports.
-func killFrontend(t *testing.T, cl *tcluster, down time.Duration) {
+func killFrontend(t *testing.T, cl *tempCluster, down time.Duration) {
 	t.Helper()
 	killed := time.Now()
 	cl.frontend.kill()
@@ -104,7 +104,7 @@ func killFrontend(t *testing.T, cl *tcluster, down time.Duration) {
 
 // terminateTemporalConns terminates every PostgreSQL session on Temporal's
 // two databases (and on no other) and returns how many.
-func terminateTemporalConns(t *testing.T, cl *tcluster) int {
+func terminateTemporalConns(t *testing.T, cl *tempCluster) int {
 	t.Helper()
 	ctx := context.Background()
 	var n int

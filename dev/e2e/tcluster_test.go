@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -18,6 +16,7 @@ import (
 	"go.temporal.io/server/common/persistence"
 	"go.temporal.io/server/common/persistence/serialization"
 
+	"github.com/ferry-outbox/ferry/dev/tcluster"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 )
 
@@ -58,6 +57,11 @@ func newTemporalPG(t *testing.T, shards int) *temporalPG {
 	return pg
 }
 
+// layout is pg as the cluster's processes are given it.
+func (pg *temporalPG) layout() tcluster.Postgres {
+	return tcluster.Postgres{URL: pg.url, Database: pg.db, VisibilityDatabase: pg.vis, HistoryShards: pg.shards}
+}
+
 // dbURL connects to database db of the server.
 func (pg *temporalPG) dbURL(db string) string {
 	u, _ := url.Parse(pg.url)
@@ -77,29 +81,11 @@ func (pg *temporalPG) count(t *testing.T, query string) int {
 	return n
 }
 
-// lowPorts picks n free ports below 32768: the server keeps membership
-// ports in a SMALLINT column (and the kernel's ephemeral ports, above it,
-// are what other processes get without asking).
-func lowPorts(t *testing.T, n int) []int {
-	t.Helper()
-	out := make([]int, 0, n)
-	for len(out) < n {
-		p := 20000 + rand.IntN(12000)
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		_ = ln.Close()
-		out = append(out, p)
-	}
-	return out
-}
-
 // startPGTemporal starts a whole server (all four services, one process)
 // on pg with fixed ports, so that start after kill brings it back as it was.
 func startPGTemporal(t *testing.T, pg *temporalPG) *ownTemporal {
 	t.Helper()
-	ports := lowPorts(t, 8)
+	ports := tcluster.LowPorts(8)
 	o := &ownTemporal{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), namespace: "default", pg: pg, ports: ports[1:]}
 	o.start(t)
 	t.Cleanup(func() { o.kill() })
@@ -114,7 +100,7 @@ func startPGTemporal(t *testing.T, pg *temporalPG) *ownTemporal {
 // and returns its exit code and output.
 func failedTemporalStart(t *testing.T, pg *temporalPG) (int, string) {
 	t.Helper()
-	ports := lowPorts(t, 8)
+	ports := tcluster.LowPorts(8)
 	o := &ownTemporal{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), namespace: "default", pg: pg, ports: ports[1:]}
 	cmd := exec.Command(os.Args[0])
 	out := &syncBuffer{}
@@ -128,13 +114,13 @@ func failedTemporalStart(t *testing.T, pg *temporalPG) (int, string) {
 	return cmd.ProcessState.ExitCode(), out.String()
 }
 
-// tcluster is Temporal as a cluster of processes on one PostgreSQL, the
+// tempCluster is Temporal as a cluster of processes on one PostgreSQL, the
 // local stand-in for a real cluster: a frontend process (the frontend,
 // matching and the internal worker) and history processes that share the
 // history shards. The processes find each other through the
 // cluster_membership table (ringpop); each runs on fixed ports, so a test
 // can SIGKILL any of them and start it again as it was.
-type tcluster struct {
+type tempCluster struct {
 	pg       *temporalPG
 	frontend *ownTemporal
 	history  []*ownTemporal
@@ -143,15 +129,14 @@ type tcluster struct {
 
 // startTCluster starts the frontend process (which sets up the databases)
 // and then histories history processes.
-func startTCluster(t *testing.T, pg *temporalPG, histories int) *tcluster {
+func startTCluster(t *testing.T, pg *temporalPG, histories int) *tempCluster {
 	t.Helper()
-	ports := lowPorts(t, 8*(1+histories))
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	c := &tcluster{pg: pg, frontend: &ownTemporal{addr: addr, namespace: "default", pg: pg,
-		services: []string{"frontend", "matching", "worker"}, ports: ports[1:8]}}
-	for i := range histories {
-		c.history = append(c.history, &ownTemporal{addr: addr, namespace: "default", pg: pg,
-			services: []string{"history"}, ports: ports[8*(i+1)+1 : 8*(i+2)]})
+	fe, hist := tcluster.Layout(histories)
+	c := &tempCluster{pg: pg, frontend: &ownTemporal{addr: fe.Address, namespace: "default", pg: pg,
+		services: fe.Services, ports: fe.Ports}}
+	for _, h := range hist {
+		c.history = append(c.history, &ownTemporal{addr: h.Address, namespace: "default", pg: pg,
+			services: h.Services, ports: h.Ports})
 	}
 	// Cleanups run last-registered first: the histories go before the
 	// frontend, all before the databases are dropped.
@@ -163,7 +148,7 @@ func startTCluster(t *testing.T, pg *temporalPG, histories int) *tcluster {
 	for _, h := range c.history {
 		h.start(t)
 	}
-	tc, err := client.Dial(client.Options{HostPort: addr, Namespace: "default", Logger: testenv.QuietLogger()})
+	tc, err := client.Dial(client.Options{HostPort: fe.Address, Namespace: "default", Logger: testenv.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(tc.Close)
 	c.client = tc
@@ -172,11 +157,11 @@ func startTCluster(t *testing.T, pg *temporalPG, histories int) *tcluster {
 }
 
 // env points a ferry process at the cluster's frontend.
-func (c *tcluster) env() []string { return c.frontend.env() }
+func (c *tempCluster) env() []string { return c.frontend.env() }
 
 // members counts the cluster's live members per role, as ringpop keeps
 // them in PostgreSQL (role numbers: the server's persistence.ServiceType).
-func (c *tcluster) members(t *testing.T) map[int]int {
+func (c *tempCluster) members(t *testing.T) map[int]int {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.pg.dbURL(c.pg.db))
@@ -198,7 +183,7 @@ func (c *tcluster) members(t *testing.T) map[int]int {
 // shardOwners maps each history shard on record to the owner the history
 // host wrote into it when it acquired it: "host:port-shard-uuid", host:port
 // being the host's gRPC address.
-func (c *tcluster) shardOwners(t *testing.T) map[int32]string {
+func (c *tempCluster) shardOwners(t *testing.T) map[int32]string {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.pg.dbURL(c.pg.db))
@@ -224,9 +209,8 @@ func (c *tcluster) shardOwners(t *testing.T) map[int32]string {
 	return out
 }
 
-// historyAddr is the host identity a history process owns shards as: its
-// gRPC address (the second of its internal ports).
-func historyAddr(h *ownTemporal) string { return "127.0.0.1:" + strconv.Itoa(h.ports[1]) }
+// historyAddr is the host identity a history process owns shards as.
+func historyAddr(h *ownTemporal) string { return h.member().HistoryAddress() }
 
 // owned counts the shards owned by h.
 func owned(owners map[int32]string, h *ownTemporal) int {
@@ -241,7 +225,7 @@ func owned(owners map[int32]string, h *ownTemporal) int {
 
 // pgAdmin is a connection to the PostgreSQL server's maintenance database,
 // closed at cleanup.
-func (c *tcluster) pgAdmin(t *testing.T) *pgx.Conn {
+func (c *tempCluster) pgAdmin(t *testing.T) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, c.pg.url)

@@ -199,24 +199,23 @@ func (c *Client) CreateRefund(ctx context.Context, key string, p RefundParams) (
 // provider has no record of the key (never seen, or expired); an *Error of
 // ClassInProgress while a request with it is in flight.
 func (c *Client) ChargeByKey(ctx context.Context, key string) (Charge, bool, error) {
-	var list struct{ Data []Charge }
-	if _, err := c.do(ctx, http.MethodGet, "/v1/charges?idempotency_key="+url.QueryEscape(key), "", nil, &list); err != nil {
-		return Charge{}, false, err
-	}
-	if len(list.Data) == 0 {
-		return Charge{}, false, nil
-	}
-	return list.Data[0], true, nil
+	return byKey[Charge](ctx, c, "/v1/charges", key)
 }
 
 // RefundByKey is ChargeByKey for refunds.
 func (c *Client) RefundByKey(ctx context.Context, key string) (Refund, bool, error) {
-	var list struct{ Data []Refund }
-	if _, err := c.do(ctx, http.MethodGet, "/v1/refunds?idempotency_key="+url.QueryEscape(key), "", nil, &list); err != nil {
-		return Refund{}, false, err
+	return byKey[Refund](ctx, c, "/v1/refunds", key)
+}
+
+// byKey lists path by idempotency key and returns the first object.
+func byKey[T any](ctx context.Context, c *Client, path, key string) (T, bool, error) {
+	var list struct{ Data []T }
+	var zero T
+	if _, err := c.do(ctx, http.MethodGet, path+"?idempotency_key="+url.QueryEscape(key), "", nil, &list); err != nil {
+		return zero, false, err
 	}
 	if len(list.Data) == 0 {
-		return Refund{}, false, nil
+		return zero, false, nil
 	}
 	return list.Data[0], true, nil
 }

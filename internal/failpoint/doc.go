@@ -25,7 +25,7 @@
 // turn a fault test into a test of nothing. Unknown names are allowed (they
 // may belong to another process).
 //
-// The points (see README, "Fault tolerance, proven"):
+// The points (see docs/fault-tolerance.md):
 //
 //	poller.after-claim     poller: a batch is claimed (lease taken, attempts
 //	                       counted); no aggregate has been signalled yet.

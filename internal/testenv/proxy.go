@@ -66,8 +66,13 @@ func (p *Proxy) DropConnections() {
 }
 
 // Pause stops listening and drops all connections: dialling Addr is refused.
-func (p *Proxy) Pause() {
+func (p *Proxy) Pause() { p.unlisten(false) }
+
+// unlisten closes the listener and drops all connections; closed marks the
+// proxy closed for good in the same critical section.
+func (p *Proxy) unlisten(closed bool) {
 	p.mu.Lock()
+	p.closed = p.closed || closed
 	ln := p.ln
 	p.ln = nil
 	p.mu.Unlock()
@@ -209,14 +214,6 @@ func (p *Proxy) waitForward(n int) {
 }
 
 func (p *Proxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	ln := p.ln
-	p.ln = nil
-	p.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
-	p.DropConnections()
+	p.unlisten(true)
 	p.wg.Wait()
 }

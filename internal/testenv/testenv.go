@@ -79,17 +79,7 @@ func PostgresOwnDatabase(t testing.TB) *DB {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
+		dropAtCleanup(t, base, "drop database "+name, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 	u, err := url.Parse(base)
 	if err != nil {
@@ -127,22 +117,28 @@ func postgresIn(t testing.TB, base string) *DB {
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
+		dropAtCleanup(t, base, "drop schema "+name, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
 	})
 	if _, err := schema.Migrate(ctx, pool, nil); err != nil {
 		t.Fatalf("migrate schema %s: %v", name, err)
 	}
 	return &DB{Pool: pool, Schema: name, URL: u}
+}
+
+// dropAtCleanup runs stmt on a connection of its own to base (the test's
+// context is gone by cleanup), reporting a failure as "what: error".
+func dropAtCleanup(t testing.TB, base, what, stmt string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, stmt); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
 }
 
 // WithSearchPath returns rawURL with its connections' search_path set to

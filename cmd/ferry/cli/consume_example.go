@@ -21,7 +21,7 @@ func consumeExampleCmd(g *globals) *cobra.Command {
 		Short: "Run the example inventory consumer (inbox + RabbitMQ runner) until Ctrl-C",
 		Long: `Consumes order.created and order.paid from --exchange into the queue --queue,
 reserving stock in the table inventory_reservations of --postgres-url, each
-event once (see README "Consuming events"). It prints one line per delivery.
+event once (see docs/consuming.md, "Consuming events"). It prints one line per delivery.
 With --metrics-address it serves the consumer's metrics (outcomes,
 dead-lettered messages, lag, queue depth) on /metrics.`,
 		Args: cobra.NoArgs,

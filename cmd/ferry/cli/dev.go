@@ -59,6 +59,9 @@ type DevServerConfig struct {
 	Services []string
 	// InternalPorts are the 7 internal ports; empty: picked.
 	InternalPorts []int
+	// MetricsAddress is where the server serves its own metrics
+	// (host:port, path /metrics); empty: none.
+	MetricsAddress string
 	// Progress receives what the server does to its databases.
 	Progress io.Writer
 }
@@ -178,7 +181,7 @@ binary fails here and says what to run instead.`,
 			}
 
 			// Demo orders are charged and confirmed by e-mail through
-			// sandboxes on loopback (README, Side effects).
+			// sandboxes on loopback (docs/side-effects.md).
 			stopSandboxes, err := dev.StartSandboxes(ctx, &cfg, faultRate, out)
 			if err != nil {
 				return err
@@ -278,7 +281,8 @@ frontend,matching,worker) listens on --temporal-address; history processes
 --temporal-address. Give each process its own --ports (7 ports below 32768:
 frontend membership, history gRPC and membership, matching gRPC and membership,
 worker gRPC and membership; a process binds only those of its services). Start
-the frontend process first: it creates and upgrades the databases.`,
+the frontend process first: it creates and upgrades the databases. With
+--metrics-address the process serves the server's own metrics there.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dev == nil {
@@ -303,6 +307,9 @@ the frontend process first: it creates and upgrades the databases.`,
 				InternalPorts: ports,
 				Progress:      g.stdout,
 				LogFile:       logFile,
+				// Nothing of Ferry runs here: --metrics-address serves the
+				// server's own metrics.
+				MetricsAddress: cfg.MetricsAddress,
 			})
 			if err != nil {
 				return err

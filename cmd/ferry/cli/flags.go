@@ -170,40 +170,29 @@ func env(name, def string) string {
 }
 
 func envInt(name string, def int) int {
-	v := env(name, "")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "ferry: %s=%q is not a whole number; using %d\n", name, v, def)
-		return def
-	}
-	return n
+	return envParsed(name, def, strconv.Atoi, "a whole number")
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
-	v := env(name, "")
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "ferry: %s=%q is not a duration such as 500ms or 30s; using %s\n", name, v, def)
-		return def
-	}
-	return d
+	return envParsed(name, def, time.ParseDuration, "a duration such as 500ms or 30s")
 }
 
 func envBool(name string, def bool) bool {
+	return envParsed(name, def, strconv.ParseBool, "true or false")
+}
+
+// envParsed reads name with parse; def when it is unset, empty or does not
+// parse (then saying so on standard error: flags' defaults come from here,
+// before any logger).
+func envParsed[T any](name string, def T, parse func(string) (T, error), want string) T {
 	v := env(name, "")
 	if v == "" {
 		return def
 	}
-	b, err := strconv.ParseBool(v)
+	x, err := parse(v)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ferry: %s=%q is not true or false; using %t\n", name, v, def)
+		fmt.Fprintf(os.Stderr, "ferry: %s=%q is not %s; using %v\n", name, v, want, def)
 		return def
 	}
-	return b
+	return x
 }

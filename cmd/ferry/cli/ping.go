@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/status"
 )
 
@@ -20,34 +23,38 @@ func pingCmd(g *globals) *cobra.Command {
 		Short: "Check that PostgreSQL, Temporal and RabbitMQ answer with this configuration (health check)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, logger, err := g.config()
+			ctx, cancel, cfg, logger, err := g.configWithin(cmd.Context(), 1)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ConnectTimeout)
 			defer cancel()
-			pool, err := cfg.OpenPool(ctx)
-			if err != nil {
-				return err
-			}
-			pool.Close()
-			c, err := cfg.DialTemporal(ctx, logger)
-			if err != nil {
-				return err
-			}
-			tinfo, err := status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address)
-			c.Close()
-			if err != nil {
-				return err
-			}
-			pub, err := cfg.OpenPublisher(ctx)
-			if err != nil {
-				return err
-			}
-			_ = pub.Close()
-			fmt.Fprintln(g.stdout, "ferry: PostgreSQL, Temporal and RabbitMQ answer")
-			fmt.Fprintf(g.stdout, "ferry: %s\n", tinfo)
-			return nil
+			return ping(ctx, cfg, logger, g.stdout)
 		},
 	}
+}
+
+// ping opens and closes a pool, a Temporal client and a publisher, in turn.
+func ping(ctx context.Context, cfg app.Config, logger *slog.Logger, out io.Writer) error {
+	pool, err := cfg.OpenPool(ctx)
+	if err != nil {
+		return err
+	}
+	pool.Close()
+	c, err := cfg.DialTemporal(ctx, logger)
+	if err != nil {
+		return err
+	}
+	tinfo, err := status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address)
+	c.Close()
+	if err != nil {
+		return err
+	}
+	pub, err := cfg.OpenPublisher(ctx)
+	if err != nil {
+		return err
+	}
+	_ = pub.Close()
+	fmt.Fprintln(out, "ferry: PostgreSQL, Temporal and RabbitMQ answer")
+	fmt.Fprintf(out, "ferry: %s\n", tinfo)
+	return nil
 }

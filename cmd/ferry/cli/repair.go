@@ -35,38 +35,16 @@ func operatorCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{setupTemporalCmd(g), statusCmd(g), blockedCmd(g), repairCmd(g), replayCmd(g)}
 }
 
-// connections opens what an operator command needs; close with the
-// returned func.
-func (g *globals) connections(ctx context.Context) (app.Config, *pgxpool.Pool, client.Client, func(), error) {
-	cfg, logger, err := g.config()
-	if err != nil {
-		return cfg, nil, nil, nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	defer cancel()
-	pool, err := cfg.OpenPool(cctx)
-	if err != nil {
-		return cfg, nil, nil, nil, err
-	}
-	c, err := cfg.DialTemporal(cctx, logger)
-	if err != nil {
-		pool.Close()
-		return cfg, nil, nil, nil, err
-	}
-	return cfg, pool, c, func() { c.Close(); pool.Close() }, nil
-}
-
 func setupTemporalCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "setup-temporal",
 		Short: "Register Ferry's search attributes on the Temporal namespace (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, logger, err := g.config()
+			ctx, cancel, cfg, logger, err := g.configWithin(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*cfg.ConnectTimeout)
 			defer cancel()
 			c, err := cfg.DialTemporal(ctx, logger)
 			if err != nil {
@@ -104,50 +82,28 @@ type blockedRow struct {
 }
 
 func blockedCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "blocked",
-		Short: "List aggregates held at a quarantined event, with the commands that repair them",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			cfg, pool, c, closeAll, err := g.connections(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			rows, err := listBlocked(ctx, cfg, pool, c)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
-			}
+	return reportCmd(g, "blocked", "List aggregates held at a quarantined event, with the commands that repair them", "print JSON",
+		listBlocked, func(w io.Writer, cfg app.Config, rows []blockedRow) error {
 			if len(rows) == 0 {
-				fmt.Fprintf(g.stdout, "no blocked aggregates in namespace %q\n", cfg.Namespace)
+				fmt.Fprintf(w, "no blocked aggregates in namespace %q\n", cfg.Namespace)
 				return nil
 			}
-			fmt.Fprintf(g.stdout, "%d blocked aggregate(s) in namespace %q:\n\n", len(rows), cfg.Namespace)
+			fmt.Fprintf(w, "%d blocked aggregate(s) in namespace %q:\n\n", len(rows), cfg.Namespace)
 			for _, r := range rows {
-				fmt.Fprintf(g.stdout, "%s  v%d  event %s (%s)\n", r.Aggregate, r.Version, r.EventID, r.EventType)
+				fmt.Fprintf(w, "%s  v%d  event %s (%s)\n", r.Aggregate, r.Version, r.EventID, r.EventType)
 				if r.NoWorkflow {
-					fmt.Fprintf(g.stdout, "  quarantined without a workflow, committed %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
+					fmt.Fprintf(w, "  quarantined without a workflow, committed %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
 				} else {
-					fmt.Fprintf(g.stdout, "  blocked since %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
+					fmt.Fprintf(w, "  blocked since %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
 				}
 				if r.LastError != "" {
-					fmt.Fprintf(g.stdout, "  last error: %s\n", r.LastError)
+					fmt.Fprintf(w, "  last error: %s\n", r.LastError)
 				}
-				fmt.Fprintf(g.stdout, "  after fixing the cause:  %s\n", r.Retry)
-				fmt.Fprintf(g.stdout, "  to give the event up:    %s\n\n", r.Skip)
+				fmt.Fprintf(w, "  after fixing the cause:  %s\n", r.Retry)
+				fmt.Fprintf(w, "  to give the event up:    %s\n\n", r.Skip)
 			}
 			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+		})
 }
 
 func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c client.Client) ([]blockedRow, error) {

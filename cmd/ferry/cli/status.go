@@ -1,59 +1,50 @@
 package cli
 
 import (
-	"encoding/json"
+	"context"
+	"io"
 	"os"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"golang.org/x/term"
 
 	"github.com/ferry-outbox/ferry/codec"
+	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/status"
 )
 
 func statusCmd(g *globals) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "One screen: backlog, throughput, blocked aggregates with repair commands, effects waiting on reconciliation, maintenance runs",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			cfg, pool, c, closeAll, err := g.connections(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			// Memos are sealed by the payload codec when one is set.
-			var dc converter.DataConverter
-			cdc, err := cfg.Codec()
-			if err != nil {
-				return err
-			}
-			if cdc != nil {
-				dc = codec.DataConverter(cdc)
-			}
-			snap, err := status.Collect(ctx, pool, c, dc, cfg.Namespace, cfg.TaskQueue)
-			if err != nil {
-				return err
-			}
-			if snap.WALSlot, err = status.CollectWALSlot(ctx, pool, cfg.WALSlot); err != nil {
-				return err
-			}
-			if snap.Temporal, err = status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address); err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(snap)
-			}
-			f, isFile := g.stdout.(*os.File)
-			status.Render(g.stdout, snap, isFile && term.IsTerminal(int(f.Fd())))
+	return reportCmd(g, "status", "One screen: backlog, throughput, blocked aggregates with repair commands, effects waiting on reconciliation, maintenance runs", "print JSON (durations in nanoseconds)",
+		collectStatus, func(w io.Writer, _ app.Config, snap status.Snapshot) error {
+			f, isFile := w.(*os.File)
+			status.Render(w, snap, isFile && term.IsTerminal(int(f.Fd())))
 			return nil
-		},
+		})
+}
+
+// collectStatus reads what `ferry status` shows.
+func collectStatus(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c client.Client) (status.Snapshot, error) {
+	// Memos are sealed by the payload codec when one is set.
+	var dc converter.DataConverter
+	cdc, err := cfg.Codec()
+	if err != nil {
+		return status.Snapshot{}, err
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (durations in nanoseconds)")
-	return cmd
+	if cdc != nil {
+		dc = codec.DataConverter(cdc)
+	}
+	snap, err := status.Collect(ctx, pool, c, dc, cfg.Namespace, cfg.TaskQueue)
+	if err != nil {
+		return status.Snapshot{}, err
+	}
+	if snap.WALSlot, err = status.CollectWALSlot(ctx, pool, cfg.WALSlot); err != nil {
+		return status.Snapshot{}, err
+	}
+	if snap.Temporal, err = status.CollectTemporal(ctx, c.WorkflowService(), cfg.Temporal.Address); err != nil {
+		return status.Snapshot{}, err
+	}
+	return snap, nil
 }

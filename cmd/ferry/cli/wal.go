@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/walrelay"
 )
 
@@ -24,23 +26,14 @@ once no process runs with --source wal. It refuses while a relay streams from th
 slot. Rows still pending are delivered by ferry poller --source poll.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := g.config()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ConnectTimeout)
-			defer cancel()
-			pool, err := cfg.OpenPool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			slot, pub, err := walrelay.DropSlot(ctx, pool, cfg.WALSlot, cfg.WALPublication)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.stdout, "replication slot %q: %s; publication %q: %s\n", cfg.WALSlot, dropped(slot), cfg.WALPublication, dropped(pub))
-			return nil
+			return g.withPool(cmd.Context(), func(ctx context.Context, cfg app.Config, pool *pgxpool.Pool) error {
+				slot, pub, err := walrelay.DropSlot(ctx, pool, cfg.WALSlot, cfg.WALPublication)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "replication slot %q: %s; publication %q: %s\n", cfg.WALSlot, dropped(slot), cfg.WALPublication, dropped(pub))
+				return nil
+			})
 		},
 	})
 	return wal

@@ -19,4 +19,7 @@
 // connection before anything is recorded, and after the charge is
 // committed: a response slower than the client's timeout, a 500, a dropped
 // connection; or a stall that keeps the key in flight.
+//
+// server.go holds the configuration, the ledger and Start/Stop; api.go the
+// HTTP endpoints, idempotency by key and fault injection.
 package payprovider

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/mail"
 	"slices"
 	"sync"
@@ -93,7 +94,7 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg.Addr = cmp.Or(cfg.Addr, "127.0.0.1:0")
 	cfg.Domain = cmp.Or(cfg.Domain, "sink.ferry.local")
-	s := &Server{cfg: cfg, faults: cfg.Faults, seen: map[string]int{}, injected: map[Fault]int{}}
+	s := &Server{loop: serve.Loop{Name: "smtpsink"}, cfg: cfg, faults: cfg.Faults, seen: map[string]int{}, injected: map[Fault]int{}}
 	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
 		return &session{s: s, conn: c}, nil
 	}))
@@ -109,10 +110,7 @@ func New(cfg Config) (*Server, error) {
 
 // Start listens and serves in the background.
 func (s *Server) Start(ctx context.Context) error {
-	if err := s.loop.Start(ctx, s.cfg.Addr, s.srv.Serve); err != nil {
-		return fmt.Errorf("smtpsink: %w", err)
-	}
-	return nil
+	return s.loop.Start(ctx, s.cfg.Addr, s.srv.Serve)
 }
 
 // Stop closes the listener and every connection and waits. Safe to call
@@ -154,11 +152,7 @@ func (s *Server) ByMessageID() map[string]int {
 func (s *Server) Injected() map[Fault]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[Fault]int, len(s.injected))
-	for f, n := range s.injected {
-		out[f] = n
-	}
-	return out
+	return maps.Clone(s.injected)
 }
 
 type session struct {

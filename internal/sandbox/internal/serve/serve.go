@@ -10,6 +10,9 @@ import (
 // Loop is one server's listener and serving goroutine. The zero value is
 // ready to use.
 type Loop struct {
+	// Name prefixes Start's errors ("payprovider: listen on …"); may be empty.
+	Name string
+
 	mu      sync.Mutex
 	ln      net.Listener
 	done    chan struct{}
@@ -22,6 +25,9 @@ func (l *Loop) Start(ctx context.Context, addr string, serve func(net.Listener) 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
+		if l.Name != "" {
+			return fmt.Errorf("%s: listen on %s: %w", l.Name, addr, err)
+		}
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	done := make(chan struct{})
