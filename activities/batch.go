@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
@@ -13,24 +12,9 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
-
-const sqlLoadEvents = `SELECT id::text, ` + rowColumns + ` FROM outbox_events WHERE id = ANY($1::uuid[])`
-
-// sqlMarkBatchPublished marks a confirmed prefix of a batch in one
-// statement and advances delivered_version to its highest version, as
-// sqlMarkPublished does for one event.
-const sqlMarkBatchPublished = `
-WITH ev AS (
-    UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL
-    WHERE id = ANY($1::uuid[])
-    RETURNING aggregate_version
-)
-UPDATE outbox_aggregates a
-SET delivered_version = GREATEST(a.delivered_version, (SELECT max(aggregate_version) FROM ev)), updated_at = now()
-WHERE a.aggregate_type = $2 AND a.aggregate_id = $3 AND EXISTS (SELECT 1 FROM ev)`
 
 // PublishBatch is the fast path of the aggregate workflow: it loads the
 // rows of consecutive events in one query, publishes them in one confirm
@@ -72,16 +56,16 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 		msgs   []broker.Message
 		spans  []trace.Span
 		at     []int // index in in.Events of each message
-		events []row
+		events []outbox.PublishRow
 	)
 	for i, ref := range in.Events {
 		ev, ok := rows[ref.ID]
-		if !ok || ev.aggType != in.AggregateType || ev.aggID != in.AggregateID || ev.version != ref.Version {
+		if !ok || ev.AggregateType != in.AggregateType || ev.AggregateID != in.AggregateID || ev.Version != ref.Version {
 			upto = i
 			res.Stopped = fmt.Sprintf("event %s (v%d) is missing from outbox_events or does not match the signal", ref.ID, ref.Version)
 			break
 		}
-		if ev.status == "published" {
+		if ev.Status == "published" {
 			continue
 		}
 		m, span := a.message(ctx, ref.ID, ev)
@@ -112,12 +96,12 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 		for i := range n {
 			ids[i] = msgs[i].ID
 		}
-		if _, err := a.pool.Exec(ctx, sqlMarkBatchPublished, ids, in.AggregateType, in.AggregateID); err != nil {
+		if err := outbox.MarkBatchPublished(ctx, a.pool, ids, in.AggregateType, in.AggregateID); err != nil {
 			a.metrics.PublishFailed("MarkPublished")
 			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", n, in.AggregateType, in.AggregateID, err)
 		}
 		for _, ev := range events[:n] {
-			a.metrics.Published(ev.aggType, ev.createdAt)
+			a.metrics.Published(ev.AggregateType, ev.CreatedAt)
 		}
 	}
 	if done == 0 {
@@ -130,7 +114,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 	res.Published = done
 	for _, ref := range in.Events[:done] {
 		ev := rows[ref.ID]
-		if effects := a.effects(ev.aggType, ev.eventType); len(effects) > 0 {
+		if effects := a.effects(ev.AggregateType, ev.EventType); len(effects) > 0 {
 			res.Effects = append(res.Effects, workflows.EventEffects{Version: ref.Version, Effects: effects})
 		}
 	}
@@ -160,25 +144,12 @@ func runAfter(events []workflows.EventRef, delivered int64) []workflows.EventRef
 }
 
 // loadBatch reads the rows of events by id.
-func (a *Publish) loadBatch(ctx context.Context, events []workflows.EventRef) (map[string]row, error) {
+func (a *Publish) loadBatch(ctx context.Context, events []workflows.EventRef) (map[string]outbox.PublishRow, error) {
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID
 	}
-	rs, err := a.pool.Query(ctx, sqlLoadEvents, ids)
-	if err != nil {
-		return nil, fmt.Errorf("load %d events: %w", len(ids), err)
-	}
-	out := make(map[string]row, len(ids))
-	var (
-		id string
-		ev row
-	)
-	_, err = pgx.ForEachRow(rs, append([]any{&id}, ev.fields()...), func() error {
-		out[id] = ev
-		ev.payload = nil // the next row scans into a fresh slice
-		return nil
-	})
+	out, err := outbox.LoadManyForPublish(ctx, a.pool, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load %d events: %w", len(ids), err)
 	}

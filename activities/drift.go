@@ -9,47 +9,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // The drift check (Maintenance.CheckDrift): the outbox tables compared
 // with the workflows' state, for a sample of recently active aggregates.
-
-// sqlDriftSample picks the aggregates written to or delivered most
-// recently. It reads outbox_aggregates (one narrow row per aggregate) with
-// a top-N sort: an index on updated_at would turn every insert's and every
-// publish's update of that row into a non-HOT update, for a query that
-// runs every few minutes.
-const sqlDriftSample = `
-SELECT aggregate_type, aggregate_id FROM outbox_aggregates
-ORDER BY updated_at DESC
-LIMIT $1`
-
-// sqlDriftRows reads one aggregate's cursor and its rows not yet published
-// near it, through the (aggregate_type, aggregate_id, aggregate_version)
-// index: versions more than 1000 below the cursor are not looked at, so a
-// long-lived aggregate costs no more than a young one.
-const sqlDriftRows = `
-SELECT a.delivered_version,
-       coalesce((array_agg(e.aggregate_version ORDER BY e.aggregate_version)
-           FILTER (WHERE e.status = 'dispatched' AND e.dispatched_at < now() - $3::interval))[1:100], '{}'),
-       coalesce((array_agg(e.aggregate_version ORDER BY e.aggregate_version)
-           FILTER (WHERE e.status = 'quarantined'))[1:100], '{}'),
-       coalesce((array_agg(e.aggregate_version ORDER BY e.aggregate_version)
-           FILTER (WHERE e.status IN ('pending', 'dispatched') AND e.aggregate_version <= a.delivered_version))[1:100], '{}')
-FROM outbox_aggregates a
-LEFT JOIN outbox_events e
-  ON e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
- AND e.aggregate_version > a.delivered_version - 1000
- AND e.status IN ('pending', 'dispatched', 'quarantined')
-WHERE a.aggregate_type = $1 AND a.aggregate_id = $2
-GROUP BY a.delivered_version`
 
 // driftCallTimeout bounds one Temporal call of the drift check; a query
 // waits for a worker of the workflow's task queue to answer it.
@@ -72,21 +42,14 @@ func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (
 	in.Settle = cmp.Or(in.Settle, workflows.DefaultDriftSettle)
 	in.ReconcileAfter = cmp.Or(in.ReconcileAfter, workflows.DefaultReconcileAfter)
 
-	rows, err := a.pool.Query(ctx, sqlDriftSample, in.Sample)
-	if err != nil {
-		return res, fmt.Errorf("sample aggregates: %w", err)
-	}
-	sample, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (aggregateKey, error) {
-		var k aggregateKey
-		return k, r.Scan(&k.typ, &k.id)
-	})
+	sample, err := outbox.RecentAggregates(ctx, a.pool, in.Sample)
 	if err != nil {
 		return res, fmt.Errorf("sample aggregates: %w", err)
 	}
 	res.Sampled = len(sample)
 
 	type suspect struct {
-		key   aggregateKey
+		key   outbox.AggregateKey
 		found []workflows.Drift
 	}
 	var suspects []suspect
@@ -130,19 +93,17 @@ func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (
 	return res, nil
 }
 
-type aggregateKey struct{ typ, id string }
-
 // lookForDrift reads the aggregate's rows, asks its workflow, and reads the
 // rows again: the table moves first (a publish marks the row, then the
 // workflow hears back), so the workflow is compared with the read before
 // it where it may lag and with the read after it where it may not lead.
 // ok is false when the workflow could not be asked.
-func (a *Maintenance) lookForDrift(ctx context.Context, k aggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
+func (a *Maintenance) lookForDrift(ctx context.Context, k outbox.AggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
 	before, exists, err := a.driftRows(ctx, k, in.Grace)
 	if err != nil || !exists {
 		return nil, true, err
 	}
-	wf, ok := a.driftWorkflow(ctx, workflows.WorkflowID(k.typ, k.id))
+	wf, ok := a.driftWorkflow(ctx, workflows.WorkflowID(k.Type, k.ID))
 	if !ok {
 		return nil, false, nil
 	}
@@ -161,16 +122,13 @@ type driftTable struct {
 	below       []int64 // pending or dispatched at or below delivered
 }
 
-func (a *Maintenance) driftRows(ctx context.Context, k aggregateKey, grace time.Duration) (driftTable, bool, error) {
-	var t driftTable
-	err := a.pool.QueryRow(ctx, sqlDriftRows, k.typ, k.id, grace).Scan(&t.delivered, &t.dispatched, &t.quarantined, &t.below)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, false, nil // deleted since the sample was taken
-	}
+func (a *Maintenance) driftRows(ctx context.Context, k outbox.AggregateKey, grace time.Duration) (driftTable, bool, error) {
+	r, found, err := outbox.ReadDriftRows(ctx, a.pool, k.Type, k.ID, grace)
 	if err != nil {
-		return t, false, fmt.Errorf("read rows of %s/%s: %w", k.typ, k.id, err)
+		return driftTable{}, false, fmt.Errorf("read rows of %s/%s: %w", k.Type, k.ID, err)
 	}
-	return t, true, nil
+	// Not found: deleted since the sample was taken.
+	return driftTable{delivered: r.Delivered, dispatched: r.Dispatched, quarantined: r.Quarantined, below: r.Below}, found, nil
 }
 
 // driftWorkflow is what Temporal says about the aggregate's workflow.
@@ -214,20 +172,18 @@ func (a *Maintenance) driftWorkflow(ctx context.Context, id string) (driftWorkfl
 
 // judgeDrift compares one aggregate's rows (read before and after asking
 // its workflow) with the workflow. Pure, so every rule has a table test.
-func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after driftTable, in workflows.DriftInput) []workflows.Drift {
+func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, after driftTable, in workflows.DriftInput) []workflows.Drift {
 	var out []workflows.Drift
 	add := func(kind, differs, action string) {
 		out = append(out, workflows.Drift{WorkflowID: wf.id, Kind: kind, Differs: differs, Action: action})
 	}
-	where := fmt.Sprintf("aggregate_type = %s AND aggregate_id = %s", sqlQuote(k.typ), sqlQuote(k.id))
 
 	if len(before.below) > 0 && len(after.below) > 0 {
 		add(workflows.DriftBelowCursor,
 			fmt.Sprintf("rows %s are not published but outbox_aggregates.delivered_version is %d", versions(after.below), after.delivered),
 			fmt.Sprintf("no run will publish them (each resumes after delivered_version). If they were delivered, mark them: "+
-				"UPDATE outbox_events SET status = 'published', published_at = now() WHERE %s AND aggregate_version <= %d AND status IN ('pending', 'dispatched'); "+
-				"if not, set delivered_version to %d and terminate the workflow (later versions are published again; consumers deduplicate)",
-				where, after.delivered, after.below[0]-1))
+				"%s; if not, set delivered_version to %d and terminate the workflow (later versions are published again; consumers deduplicate)",
+				outbox.AdviceMarkPublished(k.Type, k.ID, after.delivered), after.below[0]-1))
 	}
 
 	// A workflow may publish its last rows and complete between the first
@@ -243,7 +199,7 @@ func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after drift
 		if len(after.quarantined) > 0 {
 			add(workflows.DriftWorkflowGone,
 				fmt.Sprintf("row %s is quarantined but the workflow that held it is %s: nothing retries it", versions(after.quarantined), wf.status),
-				fmt.Sprintf("set it back to pending and a new run tries it again: UPDATE outbox_events SET status = 'pending', next_attempt_at = now() WHERE %s AND status = 'quarantined'", where))
+				"set it back to pending and a new run tries it again: "+outbox.AdviceRequeue(k.Type, k.ID, "quarantined"))
 		}
 		return out
 	}
@@ -262,8 +218,8 @@ func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after drift
 		add(workflows.DriftWorkflowAhead,
 			fmt.Sprintf("the running workflow has delivered %d, outbox_aggregates.delivered_version says %d", st.Delivered, after.delivered),
 			fmt.Sprintf("delivered_version moved back (a restore, a manual update?). If versions %d to %d are published in outbox_events, "+
-				"set it: UPDATE outbox_aggregates SET delivered_version = %d WHERE %s; otherwise the next run publishes them again (consumers deduplicate)",
-				after.delivered+1, st.Delivered, st.Delivered, where))
+				"set it: %s; otherwise the next run publishes them again (consumers deduplicate)",
+				after.delivered+1, st.Delivered, outbox.AdviceSetDelivered(k.Type, k.ID, st.Delivered)))
 	}
 	var lost []int64
 	for _, v := range before.dispatched {
@@ -274,8 +230,8 @@ func judgeDrift(k aggregateKey, before driftTable, wf driftWorkflow, after drift
 	if len(lost) > 0 {
 		add(workflows.DriftSignalLost,
 			fmt.Sprintf("rows %s are dispatched but the running workflow does not hold them (delivered %d, pending %s)", versions(lost), st.Delivered, versions(st.Pending)),
-			fmt.Sprintf("set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): "+
-				"UPDATE outbox_events SET status = 'pending', next_attempt_at = now() WHERE %s AND status = 'dispatched'", where))
+			"set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): "+
+				outbox.AdviceRequeue(k.Type, k.ID, "dispatched"))
 	}
 	return out
 }
@@ -309,7 +265,3 @@ func versions(vs []int64) string {
 	}
 	return b.String()
 }
-
-// sqlQuote quotes s as an SQL string literal, for the statements the
-// advice spells out.
-func sqlQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -6,12 +6,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
 func TestJudgeDrift(t *testing.T) {
 	t.Parallel()
-	k := aggregateKey{typ: "order", id: "o'42"}
+	k := outbox.AggregateKey{Type: "order", ID: "o'42"}
 	in := workflows.DriftInput{ReconcileAfter: 10 * time.Minute}
 	running := func(delivered, publishing int64, pending ...int64) driftWorkflow {
 		return driftWorkflow{id: "ferry/order/o'42", status: "Running",
@@ -59,7 +60,7 @@ func TestJudgeDrift(t *testing.T) {
 // identifiers are escaped.
 func TestDriftAdviceQuotesIdentifiers(t *testing.T) {
 	t.Parallel()
-	d := judgeDrift(aggregateKey{typ: "order", id: "o'42"},
+	d := judgeDrift(outbox.AggregateKey{Type: "order", ID: "o'42"},
 		driftTable{delivered: 5, dispatched: []int64{6, 7, 8, 10}}, driftWorkflow{id: "ferry/order/o'42", status: "Running", state: &workflows.State{Delivered: 5}},
 		driftTable{delivered: 5, dispatched: []int64{6, 7, 8, 10}}, workflows.DriftInput{})
 	require.Len(t, d, 1)

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -55,28 +56,6 @@ func (a *Maintenance) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.CheckDrift, activity.RegisterOptions{Name: workflows.DriftActivity})
 }
 
-// Delivered rows only: pending, dispatched and quarantined rows are never
-// touched, whatever their age. Each statement handles at most one batch and
-// commits on its own, so no long transaction holds back vacuum.
-const (
-	sqlPurgePayloads = `
-UPDATE outbox_events SET payload = 'null'::jsonb
-WHERE id IN (
-    SELECT id FROM outbox_events
-    WHERE status IN ('published', 'skipped')
-      AND coalesce(published_at, created_at) < now() - $1::interval
-      AND payload <> 'null'::jsonb
-    LIMIT $2)`
-
-	sqlDeleteDelivered = `
-DELETE FROM outbox_events
-WHERE id IN (
-    SELECT id FROM outbox_events
-    WHERE status IN ('published', 'skipped')
-      AND coalesce(published_at, created_at) < now() - $1::interval
-    LIMIT $2)`
-)
-
 // PurgeOutbox deletes delivered rows older than RowAge (and first blanks
 // payloads older than PayloadAge), in batches of at most 1000 rows,
 // heartbeating its progress.
@@ -87,14 +66,15 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 	if batch < 1 || batch > workflows.DefaultPurgeBatch {
 		batch = workflows.DefaultPurgeBatch
 	}
-	// what names the step in errors, step in ferry_retention_rows_total.
-	run := func(sql string, age interface{}, count *int64, what, step string) error {
+	// Each call handles at most one batch and commits on its own, so no
+	// long transaction holds back vacuum. what names the step in errors,
+	// step in ferry_retention_rows_total.
+	run := func(once func(context.Context, outbox.Execer, time.Duration, int) (int64, error), age time.Duration, count *int64, what, step string) error {
 		for {
-			tag, err := a.pool.Exec(ctx, sql, age, batch)
+			n, err := once(ctx, a.pool, age, batch)
 			if err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
-			n := tag.RowsAffected()
 			*count += n
 			res.Batches++
 			activity.RecordHeartbeat(ctx, res)
@@ -105,30 +85,16 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 		}
 	}
 	// Delete first: blanking payloads of rows about to go is wasted work.
-	if err := run(sqlDeleteDelivered, rowAge, &res.Deleted, "delete delivered rows", metrics.StepDelete); err != nil {
+	if err := run(outbox.DeleteDelivered, rowAge, &res.Deleted, "delete delivered rows", metrics.StepDelete); err != nil {
 		return res, err
 	}
 	if in.PayloadAge > 0 && in.PayloadAge < rowAge {
-		if err := run(sqlPurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads", metrics.StepPurgePayloads); err != nil {
+		if err := run(outbox.PurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads", metrics.StepPurgePayloads); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
 }
-
-const sqlStuckAggregates = `
-SELECT aggregate_type, aggregate_id
-FROM outbox_events
-WHERE status = 'dispatched' AND dispatched_at < now() - $1::interval
-GROUP BY aggregate_type, aggregate_id
-ORDER BY min(dispatched_at)
-LIMIT 1000`
-
-const sqlRedispatch = `
-UPDATE outbox_events
-SET status = 'pending', next_attempt_at = now(), last_error = $4
-WHERE aggregate_type = $1 AND aggregate_id = $2
-  AND status = 'dispatched' AND dispatched_at < now() - $3::interval`
 
 // ReconcileDispatches finds aggregates with rows dispatched long ago but not
 // delivered, and sets those rows back to pending when the aggregate's
@@ -139,15 +105,7 @@ WHERE aggregate_type = $1 AND aggregate_id = $2
 func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.ReconcileInput) (workflows.ReconcileResult, error) {
 	var res workflows.ReconcileResult
 	age := cmp.Or(in.OlderThan, workflows.DefaultReconcileAfter)
-	rows, err := a.pool.Query(ctx, sqlStuckAggregates, age)
-	if err != nil {
-		return res, fmt.Errorf("find stuck dispatches: %w", err)
-	}
-	type agg struct{ typ, id string }
-	stuck, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (agg, error) {
-		var a agg
-		return a, r.Scan(&a.typ, &a.id)
-	})
+	stuck, err := outbox.StuckAggregates(ctx, a.pool, age)
 	if err != nil {
 		return res, fmt.Errorf("find stuck dispatches: %w", err)
 	}
@@ -157,7 +115,7 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 	}
 	for _, ag := range stuck {
 		res.Checked++
-		wfID := workflows.WorkflowID(ag.typ, ag.id)
+		wfID := workflows.WorkflowID(ag.Type, ag.ID)
 		state := "not found"
 		d, err := a.temporal.DescribeWorkflowExecution(ctx, wfID, "")
 		var notFound *serviceerror.NotFound
@@ -170,12 +128,12 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 		default:
 			state = d.GetWorkflowExecutionInfo().GetStatus().String()
 		}
-		tag, err := a.pool.Exec(ctx, sqlRedispatch, ag.typ, ag.id, age,
+		n, err := outbox.Redispatch(ctx, a.pool, ag.Type, ag.ID, age,
 			fmt.Sprintf("reconciler: workflow %s was %s; re-dispatched", wfID, state))
 		if err != nil {
 			return res, fmt.Errorf("re-dispatch %s: %w", wfID, err)
 		}
-		if n := tag.RowsAffected(); n > 0 {
+		if n > 0 {
 			res.Redispatched += n
 			res.Aggregates = append(res.Aggregates, wfID)
 			a.maintenance.Reconciled(n)

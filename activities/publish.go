@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -113,36 +114,6 @@ func newSender(pub *broker.Publisher, routingKey func(aggregateType, eventType s
 	return sender{pub: pub, routingKey: routingKey, tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}
 }
 
-// rowColumns are what a publish reads of an outbox row, in the order of
-// row.fields.
-const rowColumns = `aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status`
-
-const sqlLoadEvent = `SELECT ` + rowColumns + ` FROM outbox_events WHERE id = $1`
-
-// sqlMarkPublished runs only after the broker's confirm. Advancing
-// delivered_version is what lets a later run of the workflow resume after
-// this event; GREATEST keeps a late, repeated attempt from moving it back.
-const sqlMarkPublished = `
-WITH ev AS (
-    UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL
-    WHERE id = $1
-    RETURNING aggregate_type, aggregate_id, aggregate_version
-)
-UPDATE outbox_aggregates a
-SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
-FROM ev
-WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
-
-// sqlNoteError keeps the latest failure on the row for operators; the
-// attempt history itself is in Temporal.
-const sqlNoteError = `UPDATE outbox_events SET last_error = $2 WHERE id = $1 AND status <> 'published'`
-
-const sqlLoadCursor = `
-SELECT delivered_version FROM outbox_aggregates
-WHERE aggregate_type = $1 AND aggregate_id = $2`
-
 // PublishEvent publishes one outbox event with a publisher confirm, then
 // marks it published. A retry after a successful confirm whose mark was lost
 // publishes again: delivery is at-least-once and consumers deduplicate by
@@ -152,13 +123,13 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	if err != nil {
 		return workflows.PublishResult{}, err
 	}
-	if ev.aggType != in.AggregateType || ev.aggID != in.AggregateID || ev.version != in.Version {
+	if ev.AggregateType != in.AggregateType || ev.AggregateID != in.AggregateID || ev.Version != in.Version {
 		return workflows.PublishResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("event %s is %s/%s v%d in outbox_events, but was signalled as %s/%s v%d",
-				in.EventID, ev.aggType, ev.aggID, ev.version, in.AggregateType, in.AggregateID, in.Version), ErrTypeMismatch, nil)
+				in.EventID, ev.AggregateType, ev.AggregateID, ev.Version, in.AggregateType, in.AggregateID, in.Version), ErrTypeMismatch, nil)
 	}
-	effects := a.effects(ev.aggType, ev.eventType)
-	if ev.status == "published" {
+	effects := a.effects(ev.AggregateType, ev.EventType)
+	if ev.Status == "published" {
 		return workflows.PublishResult{AlreadyPublished: true, Effects: effects}, nil
 	}
 	if err := a.send(ctx, in.EventID, ev); err != nil {
@@ -170,20 +141,19 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 		return workflows.PublishResult{}, err
 	}
 	failpoint.Inject("worker.after-confirm")
-	if _, err := a.pool.Exec(ctx, sqlMarkPublished, in.EventID); err != nil {
+	if err := outbox.MarkPublished(ctx, a.pool, in.EventID); err != nil {
 		a.metrics.PublishFailed("MarkPublished")
 		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}
-	a.metrics.Published(ev.aggType, ev.createdAt)
+	a.metrics.Published(ev.AggregateType, ev.CreatedAt)
 	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
 	return workflows.PublishResult{Effects: effects}, nil
 }
 
 // loadEvent reads an outbox row, classifying a row that cannot exist as
 // non-retryable.
-func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (row, error) {
-	var ev row
-	err := pool.QueryRow(ctx, sqlLoadEvent, id).Scan(ev.fields()...)
+func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (outbox.PublishRow, error) {
+	ev, err := outbox.LoadForPublish(ctx, pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ev, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", id), ErrTypeEventMissing, nil)
@@ -203,7 +173,7 @@ func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (row, error) 
 
 // send publishes the row as an AMQP message and waits for the confirm,
 // classifying failures by ErrType.
-func (a *sender) send(ctx context.Context, id string, ev row) error {
+func (a *sender) send(ctx context.Context, id string, ev outbox.PublishRow) error {
 	msg, span := a.message(ctx, id, ev)
 	defer span.End()
 	err := a.pub.Publish(ctx, msg)
@@ -219,18 +189,18 @@ func (a *sender) send(ctx context.Context, id string, ev row) error {
 // → outbox → publish → consumer. With no tracer provider set the span
 // records nothing and the headers carry the row's own trace context. The
 // caller ends the span.
-func (a *sender) message(ctx context.Context, id string, ev row) (broker.Message, trace.Span) {
+func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (broker.Message, trace.Span) {
 	headers := amqp.Table{
-		broker.HeaderAggregateType:    ev.aggType,
-		broker.HeaderAggregateID:      ev.aggID,
-		broker.HeaderAggregateVersion: ev.version,
-		broker.HeaderSchemaVersion:    int64(ev.schemaVersion),
+		broker.HeaderAggregateType:    ev.AggregateType,
+		broker.HeaderAggregateID:      ev.AggregateID,
+		broker.HeaderAggregateVersion: ev.Version,
+		broker.HeaderSchemaVersion:    int64(ev.SchemaVersion),
 	}
-	key := a.routingKey(ev.aggType, ev.eventType)
+	key := a.routingKey(ev.AggregateType, ev.EventType)
 	// The parent is the activity's span when it is in the row's trace,
 	// else the row's own context with a link to the activity's span
 	// (telemetry.PublishParent says why).
-	ctx, links := telemetry.PublishParent(ctx, ev.traceParent, ev.traceState)
+	ctx, links := telemetry.PublishParent(ctx, ev.TraceParent, ev.TraceState)
 	ctx, span := a.tracer.Start(ctx, "ferry.publish "+key,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithLinks(links...),
@@ -238,8 +208,8 @@ func (a *sender) message(ctx context.Context, id string, ev row) (broker.Message
 			attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.message.id", id),
 			attribute.String("messaging.destination.name", key),
-			attribute.String("ferry.aggregate", ev.aggType+"/"+ev.aggID),
-			attribute.Int64("ferry.aggregate_version", ev.version),
+			attribute.String("ferry.aggregate", ev.AggregateType+"/"+ev.AggregateID),
+			attribute.Int64("ferry.aggregate_version", ev.Version),
 		))
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
@@ -248,11 +218,11 @@ func (a *sender) message(ctx context.Context, id string, ev row) (broker.Message
 	}
 	return broker.Message{
 		ID:         id,
-		Type:       ev.eventType,
+		Type:       ev.EventType,
 		RoutingKey: key,
 		Headers:    headers,
-		Body:       ev.payload,
-		Timestamp:  ev.createdAt,
+		Body:       ev.Payload,
+		Timestamp:  ev.CreatedAt,
 	}, span
 }
 
@@ -282,8 +252,9 @@ func classifyPublish(err error) error {
 // worker was registered with.
 func (a *Publish) LoadAggregateCursor(ctx context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
 	var res workflows.CursorResult
-	err := a.pool.QueryRow(ctx, sqlLoadCursor, in.AggregateType, in.AggregateID).Scan(&res.Delivered)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var err error
+	res.Delivered, err = outbox.DeliveredVersion(ctx, a.pool, in.AggregateType, in.AggregateID)
+	if err != nil {
 		return res, fmt.Errorf("load cursor of %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}
 	if in.Settings {
@@ -296,23 +267,7 @@ func noteError(ctx context.Context, pool *pgxpool.Pool, id string, cause error) 
 	// Detached: the activity's context may be the reason we are here.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if _, err := pool.Exec(ctx, sqlNoteError, id, pgtext.Truncate(cause.Error(), 1000)); err != nil {
+	if err := outbox.NoteError(ctx, pool, id, pgtext.Truncate(cause.Error(), 1000)); err != nil {
 		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
 	}
-}
-
-type row struct {
-	aggType, aggID, eventType string
-	version                   int64
-	schemaVersion             int32
-	traceParent, traceState   string
-	createdAt                 time.Time
-	status                    string
-	payload                   []byte
-}
-
-// fields are scan targets for rowColumns.
-func (ev *row) fields() []any {
-	return []any{&ev.aggType, &ev.aggID, &ev.version, &ev.eventType,
-		&ev.schemaVersion, &ev.payload, &ev.traceParent, &ev.traceState, &ev.createdAt, &ev.status}
 }

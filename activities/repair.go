@@ -75,36 +75,23 @@ func (a *Repair) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.ReleaseHeld, activity.RegisterOptions{Name: workflows.ReleaseHeldActivity})
 }
 
-// sqlQuarantine: the row's status says the event is held, last_error why.
-// A published row stays published (a late quarantine of a retried attempt
-// must not hide a success).
-const sqlQuarantine = `
-UPDATE outbox_events SET status = 'quarantined', last_error = $2
-WHERE id = $1 AND status <> 'published'`
-
 // QuarantineEvent marks an event quarantined and counts it.
 func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
 	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
-	if _, err := a.pool.Exec(ctx, sqlQuarantine, in.EventID, msg); err != nil {
+	if err := outbox.Quarantine(ctx, a.pool, in.EventID, msg); err != nil {
 		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 	}
 	a.metrics.Quarantined(in.EventType, in.ErrorClass)
 	return nil
 }
 
-const sqlLockEvent = `
-SELECT aggregate_type, aggregate_id, aggregate_version, payload::text, schema_version, status
-FROM outbox_events WHERE id = $1 FOR UPDATE`
-
-const sqlFindRepair = `SELECT id FROM ferry_repairs WHERE request_id = $1`
-
 // findRepair looks requestID up in the audit: found, it fills res as the
 // earlier answer (AuditID, Duplicate) and reports true.
 func findRepair(ctx context.Context, tx pgx.Tx, requestID string, res *workflows.RepairResult) (bool, error) {
-	err := tx.QueryRow(ctx, sqlFindRepair, requestID).Scan(&res.AuditID)
+	id, err := outbox.FindRepair(ctx, tx, requestID)
 	switch {
 	case err == nil:
-		res.Duplicate = true
+		res.AuditID, res.Duplicate = id, true
 		return true, nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
@@ -112,36 +99,6 @@ func findRepair(ctx context.Context, tx pgx.Tx, requestID string, res *workflows
 		return false, fmt.Errorf("look up request %s: %w", requestID, err)
 	}
 }
-
-const sqlInsertRepairValues = `
-INSERT INTO ferry_repairs (request_id, actor, action, event_id, aggregate_type, aggregate_id, aggregate_version,
-                           reason, payload_sha256_before, payload_sha256_after, schema_version_before, schema_version_after)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
-
-const sqlInsertRepair = sqlInsertRepairValues + ` RETURNING id`
-
-// sqlInsertReplay: a replay's publish is at-least-once already; a retried
-// attempt whose audit row exists must not fail on it.
-const sqlInsertReplay = sqlInsertRepairValues + ` ON CONFLICT (request_id) DO NOTHING`
-
-// sqlSkip marks the event skipped and moves the aggregate's cursor past it,
-// so a later run of the workflow resumes after it.
-const sqlSkip = `
-WITH ev AS (
-    UPDATE outbox_events SET status = 'skipped', last_error = NULL
-    WHERE id = $1
-    RETURNING aggregate_type, aggregate_id, aggregate_version
-)
-UPDATE outbox_aggregates a
-SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
-FROM ev
-WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
-
-const sqlPatch = `
-UPDATE outbox_events SET payload = $2::jsonb, schema_version = $3, status = 'dispatched', last_error = NULL
-WHERE id = $1`
-
-const sqlRetry = `UPDATE outbox_events SET status = 'dispatched', last_error = NULL WHERE id = $1 AND status = 'quarantined'`
 
 // ApplyRepair writes the repair's audit row and applies it to the outbox
 // row, in one transaction. A request id that was applied before returns
@@ -153,28 +110,23 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 		if dup, err := findRepair(ctx, tx, req.RequestID, &res); dup || err != nil {
 			return err
 		}
-		var (
-			aggType, aggID, payload, status string
-			version                         int64
-			schemaVersion                   int
-		)
-		err := tx.QueryRow(ctx, sqlLockEvent, req.EventID).Scan(&aggType, &aggID, &version, &payload, &schemaVersion, &status)
+		ev, err := outbox.LockForRepair(ctx, tx, req.EventID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("event %s is not in outbox_events", req.EventID), ErrTypeInvalidRepair, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("load event %s: %w", req.EventID, err)
 		}
-		if aggType != in.AggregateType || aggID != in.AggregateID || version != in.Version {
+		if ev.AggregateType != in.AggregateType || ev.AggregateID != in.AggregateID || ev.Version != in.Version {
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("event %s is %s/%s v%d, not %s/%s v%d",
-				req.EventID, aggType, aggID, version, in.AggregateType, in.AggregateID, in.Version), ErrTypeInvalidRepair, nil)
+				req.EventID, ev.AggregateType, ev.AggregateID, ev.Version, in.AggregateType, in.AggregateID, in.Version), ErrTypeInvalidRepair, nil)
 		}
-		newPayload, newSchema := payload, schemaVersion
+		newPayload, newSchema := ev.Payload, ev.SchemaVersion
 		switch req.Action {
 		case workflows.ActionSkip, "policy-skip":
-			_, err = tx.Exec(ctx, sqlSkip, req.EventID)
+			err = outbox.Skip(ctx, tx, req.EventID)
 		case workflows.ActionRetry:
-			_, err = tx.Exec(ctx, sqlRetry, req.EventID)
+			err = outbox.Retry(ctx, tx, req.EventID)
 		case workflows.ActionPatch:
 			if len(req.Payload) > 0 {
 				if verr := outbox.ValidatePayload(req.Payload, outbox.DefaultMaxPayloadBytes); verr != nil {
@@ -185,19 +137,19 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 			if req.SchemaVersion > 0 {
 				newSchema = req.SchemaVersion
 			}
-			if _, err = tx.Exec(ctx, sqlPatch, req.EventID, newPayload, newSchema); err != nil {
+			if err = outbox.Patch(ctx, tx, req.EventID, newPayload, newSchema); err != nil {
 				break
 			}
 			// Read back the stored form, so the digest is of what jsonb keeps.
-			err = tx.QueryRow(ctx, `SELECT payload::text FROM outbox_events WHERE id = $1`, req.EventID).Scan(&newPayload)
+			newPayload, err = outbox.StoredPayload(ctx, tx, req.EventID)
 		default:
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("action %q is not a repair", req.Action), ErrTypeInvalidRepair, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("%s event %s: %w", req.Action, req.EventID, err)
 		}
-		return tx.QueryRow(ctx, sqlInsertRepair, req.RequestID, req.Actor, req.Action, req.EventID, aggType, aggID, version,
-			req.Reason, digest(payload), digest(newPayload), schemaVersion, newSchema).Scan(&res.AuditID)
+		res.AuditID, err = outbox.InsertRepair(ctx, tx, repairAudit(req, ev, newPayload, newSchema))
+		return err
 	})
 	if err != nil {
 		var appErr *temporal.ApplicationError
@@ -225,8 +177,7 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 // the message id consumers deduplicate by.) A row whose payload retention
 // blanked is refused: there is nothing left to replay.
 func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput) error {
-	var auditID int64
-	err := a.pool.QueryRow(ctx, sqlFindRepair, in.RequestID).Scan(&auditID)
+	_, err := outbox.FindRepair(ctx, a.pool, in.RequestID)
 	if err == nil {
 		return nil // done before, even if the row is gone since
 	}
@@ -237,20 +188,21 @@ func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput)
 	if err != nil {
 		return err
 	}
-	if ev.status != "published" {
+	if ev.Status != "published" {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"event %s is %s, not published: replay re-delivers delivered events only (repair a blocked one instead)", in.EventID, ev.status),
+			"event %s is %s, not published: replay re-delivers delivered events only (repair a blocked one instead)", in.EventID, ev.Status),
 			ErrTypeNotReplayable, nil)
 	}
-	if blanked(ev.payload) {
+	if blanked(ev.Payload) {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"event %s's payload was blanked by payload retention (--payload-retention): nothing is left to replay, and nothing was published", in.EventID),
 			ErrTypeNotReplayable, nil)
 	}
-	d := digest(string(ev.payload))
+	d := digest(string(ev.Payload))
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlInsertReplay, in.RequestID, in.Actor, "replay", in.EventID,
-			ev.aggType, ev.aggID, ev.version, in.Reason, d, d, ev.schemaVersion, ev.schemaVersion)
+		inserted, err := outbox.InsertReplay(ctx, tx, outbox.Audit{RequestID: in.RequestID, Actor: in.Actor, Action: "replay", EventID: in.EventID,
+			AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Version: ev.Version, Reason: in.Reason,
+			PayloadSHA256Before: d, PayloadSHA256After: d, SchemaVersionBefore: int(ev.SchemaVersion), SchemaVersionAfter: int(ev.SchemaVersion)})
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "23514" { // check_violation: actor or reason empty
@@ -259,7 +211,7 @@ func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput)
 			}
 			return fmt.Errorf("audit replay of %s: %w", in.EventID, err)
 		}
-		if tag.RowsAffected() == 0 {
+		if !inserted {
 			return errAlreadyReplayed // an earlier attempt or run did it
 		}
 		return a.send(ctx, in.EventID, ev)
@@ -285,29 +237,13 @@ func blanked(payload []byte) bool {
 	return p == "" || p == "null"
 }
 
-// sqlHold hands rows back: pending again, out of the claim for
-// HoldInterval, marked so that a poller whose signal of them returned
-// after this does not mark them dispatched. A published row stays
-// published.
-const sqlHold = `
-UPDATE outbox_events
-SET status = 'pending', next_attempt_at = now() + $2::interval, last_error = $3
-WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'dispatched')`
-
-// sqlReleaseHeld makes an aggregate's held rows claimable now; the unique
-// (aggregate_type, aggregate_id, aggregate_version) index finds them.
-const sqlReleaseHeld = `
-UPDATE outbox_events
-SET next_attempt_at = now(), last_error = NULL
-WHERE aggregate_type = $1 AND aggregate_id = $2 AND status = 'pending' AND last_error LIKE '` + workflows.HeldPrefix + `%'`
-
 // HoldEvents hands back to PostgreSQL the events a blocked aggregate
 // workflow does not keep (AggregateInput.MaxBlockedRefs): they stay
 // pending and are claimed again once ReleaseHeld ran, or after
 // workflows.HoldInterval.
 func (a *Repair) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
-	msg := fmt.Sprintf("%saggregate blocked at event %s; claimed again after its repair", workflows.HeldPrefix, in.BlockedEventID)
-	if _, err := a.pool.Exec(ctx, sqlHold, in.EventIDs, workflows.HoldInterval, msg); err != nil {
+	msg := fmt.Sprintf("%saggregate blocked at event %s; claimed again after its repair", outbox.HeldPrefix, in.BlockedEventID)
+	if err := outbox.Hold(ctx, a.pool, in.EventIDs, workflows.HoldInterval, msg); err != nil {
 		return fmt.Errorf("hold %d events of %s/%s: %w", len(in.EventIDs), in.AggregateType, in.AggregateID, err)
 	}
 	return nil
@@ -315,34 +251,25 @@ func (a *Repair) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
 
 // ReleaseHeld makes an aggregate's held events claimable at once.
 func (a *Repair) ReleaseHeld(ctx context.Context, in workflows.ReleaseHeldInput) error {
-	if _, err := a.pool.Exec(ctx, sqlReleaseHeld, in.AggregateType, in.AggregateID); err != nil {
+	if err := outbox.ReleaseHeld(ctx, a.pool, in.AggregateType, in.AggregateID); err != nil {
 		return fmt.Errorf("release held events of %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}
 	return nil
+}
+
+// repairAudit is the audit row of req applied to ev, which now holds
+// newPayload (stored form) and newSchema.
+func repairAudit(req workflows.RepairRequest, ev outbox.RepairTarget, newPayload string, newSchema int) outbox.Audit {
+	return outbox.Audit{RequestID: req.RequestID, Actor: req.Actor, Action: req.Action, EventID: req.EventID,
+		AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Version: ev.Version, Reason: req.Reason,
+		PayloadSHA256Before: digest(ev.Payload), PayloadSHA256After: digest(newPayload),
+		SchemaVersionBefore: ev.SchemaVersion, SchemaVersionAfter: newSchema}
 }
 
 func digest(payload string) string {
 	sum := sha256.Sum256([]byte(payload))
 	return hex.EncodeToString(sum[:])
 }
-
-// sqlLockUnheld reads a quarantined row and its aggregate's cursor, locking
-// both, so a concurrent claim or publish of the aggregate waits for the
-// repair.
-const sqlLockUnheld = `
-SELECT e.aggregate_type, e.aggregate_id, e.aggregate_version, e.payload::text, e.schema_version, e.status,
-       coalesce(a.delivered_version, 0)
-FROM outbox_events e
-LEFT JOIN outbox_aggregates a ON a.aggregate_type = e.aggregate_type AND a.aggregate_id = e.aggregate_id
-WHERE e.id = $1
-FOR UPDATE OF e`
-
-// sqlRequeue gives a quarantined row back to the poller with fresh
-// attempts (retry, and patch with the new payload).
-const sqlRequeue = `
-UPDATE outbox_events
-SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL, payload = $2::jsonb, schema_version = $3
-WHERE id = $1 AND status = 'quarantined'`
 
 // RepairUnheld repairs a quarantined row that no workflow holds: one whose
 // start or signal Temporal refused as invalid (poller.Config.MaxRefusedAttempts),
@@ -364,30 +291,25 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 		if dup, err := findRepair(ctx, tx, req.RequestID, &res); dup || err != nil {
 			return err
 		}
-		var (
-			aggType, aggID, payload, status string
-			version, delivered              int64
-			schemaVersion                   int
-		)
-		err := tx.QueryRow(ctx, sqlLockUnheld, req.EventID).Scan(&aggType, &aggID, &version, &payload, &schemaVersion, &status, &delivered)
+		ev, err := outbox.LockWithCursor(ctx, tx, req.EventID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: event %s is not in outbox_events", ErrInvalidRepair, req.EventID)
 		}
 		if err != nil {
 			return fmt.Errorf("load event %s: %w", req.EventID, err)
 		}
-		res.Version = version
-		if status != "quarantined" {
-			return fmt.Errorf("%w: event %s is %s, not quarantined: nothing to repair", ErrInvalidRepair, req.EventID, status)
+		res.Version = ev.Version
+		if ev.Status != "quarantined" {
+			return fmt.Errorf("%w: event %s is %s, not quarantined: nothing to repair", ErrInvalidRepair, req.EventID, ev.Status)
 		}
-		newPayload, newSchema := payload, schemaVersion
+		newPayload, newSchema := ev.Payload, ev.SchemaVersion
 		switch req.Action {
 		case workflows.ActionSkip:
-			if version != delivered+1 {
+			if ev.Version != ev.Delivered+1 {
 				return fmt.Errorf("%w: event %s is %s/%s v%d, but v%d is not delivered yet: repair that one first, so no event is passed over",
-					ErrInvalidRepair, req.EventID, aggType, aggID, version, delivered+1)
+					ErrInvalidRepair, req.EventID, ev.AggregateType, ev.AggregateID, ev.Version, ev.Delivered+1)
 			}
-			_, err = tx.Exec(ctx, sqlSkip, req.EventID)
+			err = outbox.Skip(ctx, tx, req.EventID)
 		default:
 			if len(req.Payload) > 0 {
 				if verr := outbox.ValidatePayload(req.Payload, outbox.DefaultMaxPayloadBytes); verr != nil {
@@ -398,15 +320,15 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 			if req.SchemaVersion > 0 {
 				newSchema = req.SchemaVersion
 			}
-			if _, err = tx.Exec(ctx, sqlRequeue, req.EventID, newPayload, newSchema); err == nil {
-				err = tx.QueryRow(ctx, `SELECT payload::text FROM outbox_events WHERE id = $1`, req.EventID).Scan(&newPayload)
+			if err = outbox.Requeue(ctx, tx, req.EventID, newPayload, newSchema); err == nil {
+				newPayload, err = outbox.StoredPayload(ctx, tx, req.EventID)
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("%s event %s: %w", req.Action, req.EventID, err)
 		}
-		return tx.QueryRow(ctx, sqlInsertRepair, req.RequestID, req.Actor, req.Action, req.EventID, aggType, aggID, version,
-			req.Reason, digest(payload), digest(newPayload), schemaVersion, newSchema).Scan(&res.AuditID)
+		res.AuditID, err = outbox.InsertRepair(ctx, tx, repairAudit(req, ev, newPayload, newSchema))
+		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("repair %s: %w", req.EventID, err)

@@ -3,6 +3,8 @@ package workflows
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
 // Registered names. Wire contract: never rename.
@@ -269,8 +271,9 @@ const (
 )
 
 // HeldPrefix starts the last_error of a row a blocked workflow handed back
-// (HoldEventsActivity); pollers do not mark such a row dispatched.
-const HeldPrefix = "held: "
+// (HoldEventsActivity); pollers do not mark such a row dispatched. The
+// statements that write and find it are outbox's (outbox.HeldPrefix).
+const HeldPrefix = outbox.HeldPrefix
 
 // HoldInterval is how long a held row stays out of the claim when nothing
 // releases it (its workflow was terminated while blocked): it is then

@@ -1,0 +1,108 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/outbox"
+)
+
+// The delivery and repair functions return the driver's errors so their
+// callers can classify them: these are the contracts the activities rely on.
+func TestDeliveryFunctionsKeepTheirContracts(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	insert := func(aggID string) string {
+		var id string
+		require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+			VALUES ('order', $1, 'created', '{"n": 1}') RETURNING id::text`, aggID).Scan(&id))
+		return id
+	}
+	e1, e2 := insert("o-1"), insert("o-1")
+
+	_, err := outbox.LoadForPublish(ctx, db.Pool, "00000000-0000-0000-0000-000000000000")
+	require.ErrorIs(t, err, pgx.ErrNoRows)
+	_, err = outbox.LoadForPublish(ctx, db.Pool, "not-a-uuid")
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr) && pgErr.Code == "22P02", "%v", err)
+	rows, err := outbox.LoadManyForPublish(ctx, db.Pool, []string{e1, e2, "00000000-0000-0000-0000-000000000000"})
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, int64(2), rows[e2].Version)
+	require.JSONEq(t, `{"n": 1}`, string(rows[e1].Payload))
+
+	v, err := outbox.DeliveredVersion(ctx, db.Pool, "order", "nobody")
+	require.NoError(t, err)
+	require.Zero(t, v, "an aggregate without a row has delivered nothing")
+	require.NoError(t, outbox.MarkPublished(ctx, db.Pool, e2))
+	require.NoError(t, outbox.MarkPublished(ctx, db.Pool, e1), "a late mark of an earlier version")
+	v, err = outbox.DeliveredVersion(ctx, db.Pool, "order", "o-1")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), v, "GREATEST: a late mark does not move the cursor back")
+
+	e3 := insert("o-1")
+	require.NoError(t, outbox.Hold(ctx, db.Pool, []string{e3}, time.Hour, outbox.HeldPrefix+"test"))
+	var lastError *string
+	var later bool
+	read := func() {
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT last_error, next_attempt_at > now() + interval '30 minutes' FROM outbox_events WHERE id = $1`, e3).Scan(&lastError, &later))
+	}
+	read()
+	require.True(t, later)
+	require.NotNil(t, lastError)
+	require.NoError(t, outbox.ReleaseHeld(ctx, db.Pool, "order", "o-1"))
+	read()
+	require.False(t, later)
+	require.Nil(t, lastError)
+
+	_, found, err := outbox.ReadDriftRows(ctx, db.Pool, "order", "nobody", time.Minute)
+	require.NoError(t, err)
+	require.False(t, found)
+	d, found, err := outbox.ReadDriftRows(ctx, db.Pool, "order", "o-1", time.Minute)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, int64(2), d.Delivered)
+
+	_, err = outbox.FindRepair(ctx, db.Pool, "r-1")
+	require.ErrorIs(t, err, pgx.ErrNoRows)
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		ev, err := outbox.LockForRepair(ctx, tx, e1)
+		require.NoError(t, err)
+		require.Equal(t, "published", ev.Status)
+		a := outbox.Audit{RequestID: "r-1", Actor: "test", Action: "replay", EventID: e1, AggregateType: ev.AggregateType,
+			AggregateID: ev.AggregateID, Version: ev.Version, Reason: "test", PayloadSHA256Before: "x", PayloadSHA256After: "x",
+			SchemaVersionBefore: ev.SchemaVersion, SchemaVersionAfter: ev.SchemaVersion}
+		inserted, err := outbox.InsertReplay(ctx, tx, a)
+		require.NoError(t, err)
+		require.True(t, inserted)
+		inserted, err = outbox.InsertReplay(ctx, tx, a)
+		require.NoError(t, err)
+		require.False(t, inserted, "a repeated request id is not audited twice")
+		a.RequestID, a.Reason = "r-2", ""
+		_, err = outbox.InsertReplay(ctx, tx, a)
+		require.True(t, errors.As(err, &pgErr) && pgErr.Code == "23514", "an empty reason is refused: %v", err)
+		return nil
+	})
+	require.Error(t, err, "the refused insert aborted the transaction")
+	_, err = outbox.FindRepair(ctx, db.Pool, "r-1")
+	require.ErrorIs(t, err, pgx.ErrNoRows, "rolled back with its transaction")
+	_, err = outbox.LockWithCursor(ctx, db.Pool, "00000000-0000-0000-0000-000000000000")
+	require.ErrorIs(t, err, pgx.ErrNoRows)
+}
+
+// The drift check's advice quotes the aggregate's literals.
+func TestAdviceQuotesLiterals(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "UPDATE outbox_events SET status = 'pending', next_attempt_at = now() WHERE aggregate_type = 'order' AND aggregate_id = 'o''42' AND status = 'quarantined'",
+		outbox.AdviceRequeue("order", "o'42", "quarantined"))
+	require.Equal(t, "UPDATE outbox_aggregates SET delivered_version = 7 WHERE aggregate_type = 'order' AND aggregate_id = 'o''42'",
+		outbox.AdviceSetDelivered("order", "o'42", 7))
+}
