@@ -195,7 +195,7 @@ func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput)
 	}
 	if blanked(ev.Payload) {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"event %s's payload was blanked by payload retention (--payload-retention): nothing is left to replay, and nothing was published", in.EventID),
+			"event %s's payload was blanked by payload retention (Config.PayloadRetention; ferry: --payload-retention): nothing is left to replay, and nothing was published", in.EventID),
 			ErrTypeNotReplayable, nil)
 	}
 	d := digest(string(ev.Payload))

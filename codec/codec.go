@@ -173,7 +173,7 @@ func (c *Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error
 		id := string(p.GetMetadata()[MetadataKeyID])
 		aead, ok := c.aeads[id]
 		if !ok {
-			return nil, fmt.Errorf("%w: it was encrypted with key id %q, which is not among the configured codec keys (--codec-key): add that key", ErrDecrypt, id)
+			return nil, fmt.Errorf("%w: it was encrypted with key id %q, which is not among the configured codec keys (TemporalConfig.CodecKeys; ferry: --codec-key): add that key", ErrDecrypt, id)
 		}
 		data := p.GetData()
 		if len(data) < aead.NonceSize()+aead.Overhead() {
