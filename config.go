@@ -293,7 +293,7 @@ func (e EffectsConfig) withDefaults() (EffectsConfig, error) {
 	e.PaymentsTimeout = cmp.Or(e.PaymentsTimeout, settings.DefaultPaymentsTimeout)
 	e.PaymentAmountField = cmp.Or(e.PaymentAmountField, settings.DefaultPaymentAmountField)
 	e.PaymentEscalateAfter = cmp.Or(e.PaymentEscalateAfter, settings.DefaultPaymentEscalateAfter)
-	e.PaymentAttemptTimeout = cmp.Or(e.PaymentAttemptTimeout, settings.DefaultPaymentAttemptTimout)
+	e.PaymentAttemptTimeout = cmp.Or(e.PaymentAttemptTimeout, settings.DefaultPaymentAttemptTimeout)
 	e.SMTPFrom = cmp.Or(e.SMTPFrom, settings.DefaultSMTPFrom)
 	e.EmailAmbiguous = cmp.Or(e.EmailAmbiguous, email.PolicyResend)
 	switch {

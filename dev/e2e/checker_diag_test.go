@@ -11,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -190,7 +191,7 @@ func (c *checker) describeWorkflow(ctx context.Context, wfID string) string {
 
 func truncateDiag(s string, n int) string {
 	if len(s) > n {
-		return s[:n] + "…"
+		return pgtext.Truncate(s, n) + "…"
 	}
 	return s
 }
@@ -200,14 +201,8 @@ func truncateDiag(s string, n int) string {
 // failed left the events it held to no one.
 func (c *checker) runStatuses(ctx context.Context) map[string]int {
 	t := c.t
-	aggs := map[string]bool{}
-	c.mu.Lock()
-	for _, a := range c.attempts {
-		aggs[a.aggID] = true
-	}
-	c.mu.Unlock()
 	out := map[string]int{}
-	for agg := range aggs {
+	for _, agg := range c.touchedAggregates() {
 		wfID := workflows.WorkflowID(c.e.aggType, agg)
 		var token []byte
 		for {

@@ -679,21 +679,27 @@ func (c *checker) effects(ctx context.Context) []observation {
 	return out
 }
 
+// touchedAggregates lists, sorted, the aggregate ids the workload wrote to.
+func (c *checker) touchedAggregates() []string {
+	seen := map[string]bool{}
+	c.mu.Lock()
+	for _, a := range c.attempts {
+		seen[a.aggID] = true
+	}
+	c.mu.Unlock()
+	ids := make([]string, 0, len(seen))
+	for a := range seen {
+		ids = append(ids, a)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // signalCounts reads, from every run of every aggregate workflow the workload
 // touched, how often Temporal recorded each event id in an events signal.
 func (c *checker) signalCounts(ctx context.Context) map[string]int {
 	t := c.t
-	aggs := map[string]bool{}
-	c.mu.Lock()
-	for _, a := range c.attempts {
-		aggs[a.aggID] = true
-	}
-	c.mu.Unlock()
-	ids := make([]string, 0, len(aggs))
-	for a := range aggs {
-		ids = append(ids, a)
-	}
-	slices.Sort(ids)
+	ids := c.touchedAggregates()
 	counts := map[string]int{}
 	dc := converter.GetDefaultDataConverter()
 	for _, agg := range ids {

@@ -98,17 +98,17 @@ const (
 	// DefaultStartMode is poller.StartOneShot.
 	DefaultStartMode = "one-shot"
 	// DefaultSource is ferry.SourcePoll.
-	DefaultSource               = "poll"
-	DefaultWALCatchUpInterval   = 30 * time.Second
-	DefaultWorkflowTaskPollers  = 8
-	DefaultPaymentsTimeout      = 10 * time.Second
-	DefaultPaymentAmountField   = "amount"
-	DefaultSMTPFrom             = "ferry@localhost"
-	DefaultOTelExporter         = "none"
-	DefaultOTelServiceName      = "ferry"
-	DefaultLogLevel             = "info"
-	DefaultPaymentEscalateAfter = effects.DefaultEscalateAfter
-	DefaultPaymentAttemptTimout = effects.DefaultAttemptTimeout
+	DefaultSource                = "poll"
+	DefaultWALCatchUpInterval    = 30 * time.Second
+	DefaultWorkflowTaskPollers   = 8
+	DefaultPaymentsTimeout       = 10 * time.Second
+	DefaultPaymentAmountField    = "amount"
+	DefaultSMTPFrom              = "ferry@localhost"
+	DefaultOTelExporter          = "none"
+	DefaultOTelServiceName       = "ferry"
+	DefaultLogLevel              = "info"
+	DefaultPaymentEscalateAfter  = effects.DefaultEscalateAfter
+	DefaultPaymentAttemptTimeout = effects.DefaultAttemptTimeout
 )
 
 // Applies-when texts shared by several settings.
@@ -243,7 +243,7 @@ var All = []Setting{
 		Default: DefaultPaymentEscalateAfter, Usage: "a payment whose outcome stays unknown this long blocks for an operator",
 		Note: "less than half the provider's 24h key retention", Applies: appliesWorker},
 	{Name: "payment-attempt-timeout", Env: "FERRY_PAYMENT_ATTEMPT_TIMEOUT", Fields: []string{"EffectsConfig.PaymentAttemptTimeout"}, Owner: OwnerWorker,
-		Default: DefaultPaymentAttemptTimout, Usage: "bound of one payment send attempt; after a worker died the next attempt starts after it", Applies: appliesWorker},
+		Default: DefaultPaymentAttemptTimeout, Usage: "bound of one payment send attempt; after a worker died the next attempt starts after it", Applies: appliesWorker},
 	{Name: "smtp-address", Env: "FERRY_SMTP_ADDRESS", Fields: []string{"EffectsConfig.SMTPAddress"}, Owner: OwnerWorker, Default: "", DefaultText: "none",
 		Usage: "SMTP server host:port for e-mail effects", Note: "required when a route sends e-mail", Applies: appliesWorker},
 	{Name: "smtp-from", Env: "FERRY_SMTP_FROM", Fields: []string{"EffectsConfig.SMTPFrom"}, Owner: OwnerWorker, Default: DefaultSMTPFrom,
