@@ -201,8 +201,9 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 		res.Throughput = float64(res.Events-verdict.Lost) / res.ElapsedSeconds
 	}
 	res.Latency = Summarize(lat)
-	if s.rate > 0 {
-		warm := Summarize(tally.latenciesAfter(commits.at, commits.first.Add(WarmUp)))
+	// A run no longer than WarmUp has no events after it: no figure, not zeros.
+	if after := tally.latenciesAfter(commits.at, commits.first.Add(WarmUp)); s.rate > 0 && len(after) > 0 {
+		warm := Summarize(after)
 		res.Warm = &warm
 	}
 	res.latencies = lat
