@@ -70,7 +70,7 @@ const (
 func (s *Sender) Deliver(ctx context.Context, rt Route, ev Envelope) (Outcome, error) {
 	ev.EnvelopeVersion = EnvelopeVersion
 	ev.Destination = rt.Name
-	id, err := rt.WorkflowID(ev)
+	id, err := rt.RenderID(ev)
 	if err != nil {
 		return "", err
 	}
@@ -161,7 +161,7 @@ func classify(rt Route, id string, err error) error {
 	switch {
 	case errors.As(err, &nsNotFound):
 		return fmt.Errorf("destination %s: %s workflow %q: %w", rt.Name, rt.Action, id, err)
-	case errors.As(err, &notFound):
+	case errors.As(err, &notFound) && rt.Action == Signal:
 		return fmt.Errorf("destination %s: signal %q to workflow %q: no such running workflow (not started yet, or closed): %w", rt.Name, rt.Signal, id, err)
 	case errors.As(err, &invalid):
 		return fmt.Errorf("%w: destination %s: %s workflow %q: Temporal refused the request: %v", ErrPermanent, rt.Name, rt.Action, id, err)
