@@ -189,7 +189,12 @@ func TestWorkflowDestinationRepeatsAreNoOps(t *testing.T) {
 	require.Equal(t, destination.Delivered, out)
 	out, err = sender.Deliver(ctx, starts[0], env("created", 1))
 	require.NoError(t, err)
-	require.Equal(t, destination.Existed, out, "the second start finds the workflow")
+	require.Equal(t, destination.Delivered, out, "a repeat of the same start gets the first one's answer")
+	other := env("created", 1)
+	other.EventID = "0190e0e0-0000-7000-8000-999999999999"
+	out, err = sender.Deliver(ctx, starts[0], other)
+	require.NoError(t, err)
+	require.Equal(t, destination.Existed, out, "another event's start finds the workflow running")
 
 	for range 3 {
 		out, err = sender.Deliver(ctx, signals[0], env("paid", 2))
