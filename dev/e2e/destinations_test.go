@@ -308,6 +308,14 @@ func TestNoBrokerDeployment(t *testing.T) {
 	require.NoError(t, err)
 	s := waitRecorded(t, "fulfil-S", 1)
 	require.JSONEq(t, `{"total": 42}`, string(s.Got[0].Payload))
+	require.Nil(t, s.Got[0].Headers)
+
+	// The producer's headers travel in the envelope.
+	_, err = e.db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+		VALUES ($1, 'H', 'created', '{}', '{"tenant": "acme", "Priority": "high"}')`, e.aggType)
+	require.NoError(t, err)
+	h := waitRecorded(t, "fulfil-H", 1)
+	require.Equal(t, map[string]string{"tenant": "acme", "Priority": "high"}, h.Got[0].Headers)
 
 	other := pe.mustCommit(t, "M", "shipped")
 	pe.waitStatus(t, other, "quarantined")
