@@ -1,12 +1,10 @@
 package activities_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -83,24 +82,6 @@ func TestPublishedMessagesCarryTheEventsHeaders(t *testing.T) {
 	requireHeaders(b.receive(t), one, headers)
 }
 
-// syncBuffer is a log sink the activity's goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A row written around the schema's check (the constraint dropped) cannot
 // override Ferry's headers, nor set RabbitMQ's or the trace context:
 // Ferry's values are sent, the reserved ones dropped, the rest kept, and
@@ -114,7 +95,7 @@ func TestReservedEventHeadersNeverOverrideFerrys(t *testing.T) {
 		"ferry-aggregate-id": "evil-id", "ferry-aggregate-version": "99", "FERRY-Aggregate-Type": "evil-type",
 		"x-delivery-count": "98", "message_id": "evil-mid", "tenant": "acme", "n": 7}`})
 
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	env := s.NewTestActivityEnvironment()
