@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,4 +324,36 @@ func TestNoBrokerDeployment(t *testing.T) {
 	pe.waitStatus(t, other, "quarantined")
 	_, lastErr := pe.status(t, other)
 	require.Contains(t, lastErr, "has no workflow destination and this worker publishes to no broker")
+}
+
+// The ferry command without a broker, its routes from a config file: ping
+// checks PostgreSQL and Temporal only, run says where events go and starts
+// the user's workflow, and neither touches the (unreachable) RabbitMQ URL.
+func TestFerryCommandWithoutBroker(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tq := startUserWorker(t, "E2ECliFulfilment")
+	cfgFile := filepath.Join(t.TempDir(), "ferry.yaml")
+	require.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(
+		"no-broker: true\ndestination: %s.created=start:fulfil,type=E2ECliFulfilment,queue=%s,id=cli-{aggregate_id}; %s.paid=signal:fulfil,id=cli-{aggregate_id}\n",
+		e.aggType, tq, e.aggType)), 0o600))
+	dead := "FERRY_AMQP_URL=amqp://guest:guest@" + testenv.ClosedAddr(t) + "/"
+
+	ping := e.spawn(t, []string{"ping", "--config", cfgFile}, childEnv+"=1", dead)
+	ping.waitExit(t, time.Minute)
+	require.NoError(t, ping.err, ping.out.String())
+	require.Contains(t, ping.out.String(), "ferry: PostgreSQL and Temporal answer (no broker: --no-broker)")
+
+	run := e.spawn(t, []string{"run", "--config", cfgFile}, childEnv+"=1", dead)
+	waitFor(t, time.Minute, "ferry run to start", func() bool {
+		return strings.Contains(run.out.String(), "→ 2 workflow destination route(s) (no broker). Ctrl-C stops.")
+	})
+	ctx := context.Background()
+	created, err := e.commitType(ctx, "C", "created", false)
+	require.NoError(t, err)
+	paid, err := e.commitType(ctx, "C", "paid", false)
+	require.NoError(t, err)
+	r := waitRecorded(t, "cli-C", 2)
+	require.Equal(t, []string{created, paid}, []string{r.Got[0].EventID, r.Got[1].EventID})
+	require.False(t, run.exited(), run.out.String())
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/schema"
@@ -221,10 +222,15 @@ func targetsLine(cfg ferry.Config) string {
 	if !cfg.NoBroker {
 		parts = append(parts, fmt.Sprintf("RabbitMQ %s (exchange %s)", broker.Redact(cfg.AMQPURL), cfg.Exchange))
 	}
-	if n := len(cfg.Destinations); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d workflow destination route value(s)", n))
+	// Checked when the config was: the error cannot happen here.
+	if dests, _ := destination.ParseAll(cfg.Destinations); len(dests) > 0 {
+		parts = append(parts, fmt.Sprintf("%d workflow destination route(s)", len(dests)))
 	}
-	return strings.Join(parts, " and ")
+	line := strings.Join(parts, " and ")
+	if cfg.NoBroker {
+		line += " (no broker)"
+	}
+	return line
 }
 
 func roleNames(r ferry.Roles) string {
