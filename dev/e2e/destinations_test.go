@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -356,4 +357,33 @@ func TestFerryCommandWithoutBroker(t *testing.T) {
 	r := waitRecorded(t, "cli-C", 2)
 	require.Equal(t, []string{created, paid}, []string{r.Got[0].EventID, r.Got[1].EventID})
 	require.False(t, run.exited(), run.out.String())
+}
+
+// A producer's headers go through the real Ferry to both targets: the
+// AMQP message, beside Ferry's own headers, and the workflow's envelope.
+func TestHeadersReachBrokerAndWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tq := startUserWorker(t, "E2EHeaders")
+	e.startFerry(t, ferryOpts{destinations: []string{
+		fmt.Sprintf("%s.created=start:hdr,type=E2EHeaders,queue=%s,id=hdr-{aggregate_id}", e.aggType, tq),
+	}})
+	ctx := context.Background()
+	tx, err := e.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	headers := map[string]string{"tenant": "acme", "Correlation-Id": "c-17"}
+	w, err := e.writer.Write(ctx, tx, outbox.Event{AggregateType: e.aggType, AggregateID: "H", EventType: "created",
+		Payload: json.RawMessage(`{}`), Headers: headers})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	msgs := e.br.Collect(t, 1, time.Minute)
+	require.Len(t, msgs, 1)
+	require.Equal(t, w.ID.String(), msgs[0].MessageId)
+	require.Equal(t, "acme", msgs[0].Headers["tenant"])
+	require.Equal(t, "c-17", msgs[0].Headers["Correlation-Id"])
+	require.Equal(t, e.aggType, msgs[0].Headers["ferry-aggregate-type"], "Ferry's own headers are there too")
+	r := waitRecorded(t, "hdr-H", 1)
+	require.Equal(t, headers, r.Got[0].Headers)
 }
