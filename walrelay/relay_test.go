@@ -47,7 +47,10 @@ type recorder struct {
 	mu      sync.Mutex
 	got     []poller.Event
 	drains  int
+	drainAt []time.Time
 	pending []string // ids pending at the last catch-up pass
+	// pendingAt are the ids pending at each catch-up pass.
+	pendingAt [][]string
 	pool    *pgxpool.Pool
 }
 
@@ -93,7 +96,9 @@ func (r *recorder) Drain(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drains++
+	r.drainAt = append(r.drainAt, time.Now())
 	r.pending = ids
+	r.pendingAt = append(r.pendingAt, ids)
 	return 0, nil
 }
 
