@@ -51,7 +51,7 @@ type recorder struct {
 	pending []string // ids pending at the last catch-up pass
 	// pendingAt are the ids pending at each catch-up pass.
 	pendingAt [][]string
-	pool    *pgxpool.Pool
+	pool      *pgxpool.Pool
 }
 
 func (r *recorder) Dispatch(_ context.Context, events []poller.Event) ([]string, []poller.Failure) {
