@@ -101,7 +101,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", n, in.AggregateType, in.AggregateID, err)
 		}
 		for _, ev := range events[:n] {
-			a.metrics.Published(ev.AggregateType, ev.CreatedAt)
+			a.metrics.Published(ev.AggregateType, ev.DueAt)
 		}
 	}
 	if done == 0 {

@@ -232,3 +232,22 @@ func TestBacklogCountsDelayedRowsApart(t *testing.T) {
 	inv := got["invoice/pending"]
 	require.InDelta(t, (2 * time.Minute).Seconds(), inv.OldestAge.Seconds(), 5, "late since its deliver_after")
 }
+
+// A publish reads when the row became deliverable, so the commit-to-publish
+// latency of a delayed event counts from its time, not from its commit.
+func TestPublishRowDueAtIsTheLaterOfCommitAndDeliverAfter(t *testing.T) {
+	t.Parallel()
+	db, w := setup(t)
+	ctx := t.Context()
+	d := commit(t, db, w, delayed("order", "a", time.Hour))[0]
+	n := commit(t, db, w, event("order", "b"))[0]
+	rd, err := outbox.LoadForPublish(ctx, db.Pool, d.ID.String())
+	require.NoError(t, err)
+	require.WithinDuration(t, rd.CreatedAt.Add(time.Hour), rd.DueAt, 5*time.Second, "the delayed row is due in an hour")
+	rn, err := outbox.LoadForPublish(ctx, db.Pool, n.ID.String())
+	require.NoError(t, err)
+	require.Equal(t, rn.CreatedAt, rn.DueAt, "a row without a delay is due at its commit")
+	many, err := outbox.LoadManyForPublish(ctx, db.Pool, []string{d.ID.String()})
+	require.NoError(t, err)
+	require.Equal(t, rd.DueAt, many[d.ID.String()].DueAt)
+}
