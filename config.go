@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/internal/settings"
@@ -113,6 +114,19 @@ type Config struct {
 	// Effects routes event types to effect workflows (payments, e-mail)
 	// and configures them. Default: none.
 	Effects EffectsConfig
+
+	// Destinations route event types to workflows of your own, started or
+	// signalled from the publish path, each
+	// "<aggregate_type>.<event_type>=<action>:<name>[,key=value…]", e.g.
+	// "order.created=start:fulfilment,type=Fulfilment,queue=orders"
+	// (package destination; docs/workflow-destinations.md). Default: none.
+	Destinations []string
+	// NoBroker: the worker never connects to RabbitMQ and publishes
+	// nothing to it; events go only to their Destinations, and an event
+	// type without one is quarantined (NoDestination). AMQPURL, Exchange,
+	// RoutingKey, MaxMessageBytes and ConnectTimeout are then unused.
+	// Needs Destinations. Default false.
+	NoBroker bool
 }
 
 // EffectsConfig is Config.Effects: effect routes and the built-in payment
@@ -273,6 +287,13 @@ func (c Config) validate() error {
 	if _, err := activities.RoutingKeyTemplate(c.RoutingKey); err != nil {
 		return fieldErr("Config.RoutingKey", "%q: %v", c.RoutingKey, err)
 	}
+	router, err := c.destinations()
+	if err != nil {
+		return err
+	}
+	if c.NoBroker && router.Len() == 0 {
+		return fieldErr("Config.NoBroker", "needs Config.Destinations: without a broker and without a workflow destination every event would be quarantined")
+	}
 	for typ, p := range c.Policies {
 		if p.MaxAttempts < 0 || p.MaxAttempts > 1000 {
 			return fieldErr("Config.Policies", "%q: MaxAttempts must be 1 to 1000, got %d", typ, p.MaxAttempts)
@@ -282,6 +303,18 @@ func (c Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// destinations parses and checks Config.Destinations.
+func (c Config) destinations() (*destination.Router, error) {
+	dests, err := destination.ParseAll(c.Destinations)
+	if err == nil {
+		var r *destination.Router
+		if r, err = destination.NewRouter(dests); err == nil {
+			return r, nil
+		}
+	}
+	return nil, fieldErr("Config.Destinations", "%v", err)
 }
 
 func isAMQPURL(raw string) bool {

@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/upcast"
 	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/worker"
 )
@@ -201,6 +202,9 @@ type publisherDeps struct {
 // newModulePublisher creates the worker's publisher and checks that the
 // broker answers; fx closes it on stop.
 func newModulePublisher(d publisherDeps) (*broker.Publisher, error) {
+	if d.Config.NoBroker {
+		return nil, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Config.ConnectTimeout)
 	defer cancel()
 	pub, err := newPublisher(d.Config)
@@ -223,12 +227,14 @@ type workerDeps struct {
 	Pool      *pgxpool.Pool
 	Temporal  client.Client
 	Publisher *broker.Publisher
-	Metrics   *metrics.Metrics     `optional:"true"`
-	Maint     *metrics.Maintenance `optional:"true"`
+	// Upcast lifts payloads for workflow destinations (Deps.Upcast).
+	Upcast  *upcast.Registry     `optional:"true"`
+	Metrics *metrics.Metrics     `optional:"true"`
+	Maint   *metrics.Maintenance `optional:"true"`
 }
 
 func newWorkerConfig(d workerDeps) (worker.Config, error) {
-	return workerConfig(d.Config, d.Pool, d.Temporal, d.Publisher, d.Metrics, d.Maint, tracerProvider(d.Shared.Tracer))
+	return workerConfig(d.Config, d.Pool, d.Temporal, d.Publisher, d.Upcast, d.Metrics, d.Maint, tracerProvider(d.Shared.Tracer))
 }
 
 type metricsDeps struct {

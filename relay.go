@@ -14,6 +14,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/upcast"
 	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/worker"
 )
@@ -28,6 +29,10 @@ type Deps struct {
 	Temporal client.Client
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Upcast, when set, lifts payloads to their current schema version
+	// before they reach workflow destinations (Config.Destinations); the
+	// broker gets them as written. Nil: payloads as written.
+	Upcast *upcast.Registry
 	// Metrics, when set, takes Ferry's collectors (docs/operating.md, "Metrics, alerts, dashboard"): the
 	// relay's and maintenance counters, and the backlog, its oldest age and
 	// the table size read from Pool at scrape time. Your service's /metrics
@@ -92,7 +97,7 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 		if r.pub, err = newPublisher(cfg); err != nil {
 			return nil, err
 		}
-		wcfg, err := workerConfig(cfg, deps.Pool, deps.Temporal, r.pub, m, mm, nil)
+		wcfg, err := workerConfig(cfg, deps.Pool, deps.Temporal, r.pub, deps.Upcast, m, mm, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -127,10 +132,12 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.started = true
 	if r.worker != nil {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.ConnectTimeout)
-		defer cancel()
-		if err := r.pub.Connect(cctx); err != nil {
-			return fmt.Errorf("ferry: connect to RabbitMQ at %s: %w", broker.Redact(r.cfg.AMQPURL), err)
+		if r.pub != nil {
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.ConnectTimeout)
+			defer cancel()
+			if err := r.pub.Connect(cctx); err != nil {
+				return fmt.Errorf("ferry: connect to RabbitMQ at %s: %w", broker.Redact(r.cfg.AMQPURL), err)
+			}
 		}
 		if err := r.worker.Start(ctx); err != nil {
 			r.stopLocked()

@@ -14,6 +14,7 @@ import (
 	"github.com/ferry-outbox/ferry/effects/payment"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/upcast"
 	"github.com/ferry-outbox/ferry/walrelay"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -23,7 +24,11 @@ import (
 // checked: New and the modules build the same components from it.
 
 // newPublisher is the worker's RabbitMQ publisher; it dials on Connect.
+// Without a broker (Config.NoBroker) it is nil.
 func newPublisher(cfg Config) (*broker.Publisher, error) {
+	if cfg.NoBroker {
+		return nil, nil
+	}
 	return broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
 		MaxMessageBytes: cfg.MaxMessageBytes})
 }
@@ -31,7 +36,7 @@ func newPublisher(cfg Config) (*broker.Publisher, error) {
 // workerConfig is the worker's configuration over pool, Temporal and the
 // publisher; its activities count into m and mm (either may be nil); tp,
 // when nil, is the global provider (activities' default).
-func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, m *metrics.Metrics, mm *metrics.Maintenance, tp trace.TracerProvider) (worker.Config, error) {
+func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, up *upcast.Registry, m *metrics.Metrics, mm *metrics.Maintenance, tp trace.TracerProvider) (worker.Config, error) {
 	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
 	if err != nil {
 		return worker.Config{}, err
@@ -40,7 +45,12 @@ func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.P
 	if err != nil {
 		return worker.Config{}, err
 	}
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, RoutingKey: key, Effects: effectRoutes, Metrics: m,
+	dests, err := cfg.destinations()
+	if err != nil {
+		return worker.Config{}, err
+	}
+	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, NoBroker: cfg.NoBroker, Destinations: dests,
+		Namespace: cfg.Namespace, Upcast: up, RoutingKey: key, Effects: effectRoutes, Metrics: m,
 		MaintenanceMetrics: mm, Temporal: c, TracerProvider: tp})
 	if err != nil {
 		return worker.Config{}, err

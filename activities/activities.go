@@ -10,7 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/upcast"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -20,8 +22,20 @@ import (
 type Config struct {
 	// Pool reaches the outbox tables. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends to RabbitMQ. Required.
+	// Publisher sends to RabbitMQ. Required unless NoBroker.
 	Publisher *broker.Publisher
+	// NoBroker: a deployment without RabbitMQ; events go only to their
+	// workflow destinations (PublishConfig.NoBroker). Default false.
+	NoBroker bool
+	// Destinations routes event types to workflows of your own. Default:
+	// none.
+	Destinations *destination.Router
+	// Namespace of the destination workflows: Temporal's client's.
+	// Required when Destinations has any.
+	Namespace string
+	// Upcast lifts payloads for workflow destinations
+	// (PublishConfig.Upcast). Default: none.
+	Upcast *upcast.Registry
 	// Metrics counts publishes, quarantines and repairs; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
@@ -32,8 +46,9 @@ type Config struct {
 	// (otel.GetTracerProvider(); a no-op until one is set).
 	TracerProvider trace.TracerProvider
 	// Temporal lets the reconciler and the drift check ask about an
-	// aggregate's workflow. Without it those activities fail
-	// (non-retryable).
+	// aggregate's workflow, and reaches workflow destinations. Without it
+	// the first two fail (non-retryable); it is required with
+	// Destinations.
 	Temporal client.Client
 	// RoutingKey builds a message's routing key. Default
 	// "<aggregate_type>.<event_type>".
@@ -56,11 +71,9 @@ func New(cfg Config) (*Activities, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: Config.Pool is nil")
 	}
-	if cfg.Publisher == nil {
-		return nil, errors.New("activities: Config.Publisher is nil")
-	}
-	p, err := NewPublish(PublishConfig{Pool: cfg.Pool, Publisher: cfg.Publisher, Metrics: cfg.Metrics.Relay(),
-		TracerProvider: cfg.TracerProvider, RoutingKey: cfg.RoutingKey, Effects: cfg.Effects})
+	p, err := NewPublish(PublishConfig{Pool: cfg.Pool, Publisher: cfg.Publisher, NoBroker: cfg.NoBroker,
+		Destinations: cfg.Destinations, Temporal: cfg.Temporal, Namespace: cfg.Namespace, Upcast: cfg.Upcast,
+		Metrics: cfg.Metrics.Relay(), TracerProvider: cfg.TracerProvider, RoutingKey: cfg.RoutingKey, Effects: cfg.Effects})
 	if err != nil {
 		return nil, err
 	}

@@ -50,13 +50,14 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 	}
 
 	// upto: the events that can be tried, ending before the first whose row
-	// is missing or disagrees with the signal (PublishEvent classifies it).
+	// is missing or disagrees with the signal (PublishEvent classifies it),
+	// or that would go nowhere.
 	upto := len(in.Events)
 	var (
-		msgs   []broker.Message
-		spans  []trace.Span
-		at     []int // index in in.Events of each message
-		events []outbox.PublishRow
+		msgs    []broker.Message
+		spans   []trace.Span
+		items   []batchItem
+		planErr error
 	)
 	for i, ref := range in.Events {
 		ev, ok := rows[ref.ID]
@@ -68,45 +69,78 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 		if ev.Status == "published" {
 			continue
 		}
-		m, span := a.message(ctx, ref.ID, ev)
-		msgs, spans, at, events = append(msgs, m), append(spans, span), append(at, i), append(events, ev)
+		p, err := a.targets.planFor(ref.ID, ev)
+		if err != nil {
+			upto, planErr = i, err
+			break
+		}
+		it := batchItem{at: i, id: ref.ID, row: ev, plan: p, msg: -1}
+		if p.broker {
+			m, span := a.message(ctx, ref.ID, ev)
+			it.msg = len(msgs)
+			msgs, spans = append(msgs, m), append(spans, span)
+		}
+		items = append(items, it)
 	}
 
-	n, pubErr := a.pub.PublishBatch(ctx, msgs)
+	n, pubErr := 0, error(nil)
+	if len(msgs) > 0 {
+		n, pubErr = a.pub.PublishBatch(ctx, msgs)
+	}
 	for i, span := range spans {
 		if i >= n && pubErr != nil {
 			span.SetStatus(codes.Error, pubErr.Error())
 		}
 		span.End()
 	}
+	// An event is done when the broker confirmed it (or it skips the
+	// broker) and each of its workflow destinations took it; the first
+	// that is not ends the run.
 	done := upto
-	if n < len(msgs) {
-		done = at[n]
-		pubErr = classifyPublish(pubErr)
-		noteError(ctx, a.pool, msgs[n].ID, pubErr)
+	var (
+		failErr error
+		failID  string
+		marked  []batchItem
+	)
+	for _, it := range items {
+		if it.msg >= n {
+			done, failID, failErr = it.at, it.id, classifyPublish(pubErr)
+			break
+		}
+		if err := a.targets.deliver(ctx, it.id, it.row, it.plan.routes); err != nil {
+			done, failID, failErr = it.at, it.id, err
+			break
+		}
+		marked = append(marked, it)
+	}
+	if failErr == nil && planErr != nil {
+		failID, failErr = in.Events[upto].ID, planErr
+	}
+	if failErr != nil {
+		noteError(ctx, a.pool, failID, failErr)
 		var appErr *temporal.ApplicationError
-		if errors.As(pubErr, &appErr) {
+		if errors.As(failErr, &appErr) {
 			a.metrics.PublishFailed(appErr.Type())
 		}
-		res.Stopped = pubErr.Error()
+		res.Stopped = failErr.Error()
 	}
-	if n > 0 {
+	if len(marked) > 0 {
 		failpoint.Inject("worker.after-confirm")
-		ids := make([]string, n)
-		for i := range n {
-			ids[i] = msgs[i].ID
+		ids := make([]string, len(marked))
+		for i, it := range marked {
+			ids[i] = it.id
 		}
 		if err := outbox.MarkBatchPublished(ctx, a.pool, ids, in.AggregateType, in.AggregateID); err != nil {
 			a.metrics.PublishFailed("MarkPublished")
-			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", n, in.AggregateType, in.AggregateID, err)
+			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
 		}
-		for _, ev := range events[:n] {
-			a.metrics.Published(ev.AggregateType, ev.DueAt)
+		for _, it := range marked {
+			a.metrics.Published(it.row.AggregateType, it.row.DueAt)
 		}
 	}
 	if done == 0 {
-		if pubErr != nil {
-			return res, pubErr
+		if failErr != nil {
+			return res, failErr
 		}
 		return res, temporal.NewNonRetryableApplicationError(res.Stopped, ErrTypeMismatch, nil)
 	}
@@ -121,6 +155,17 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 	activity.GetLogger(ctx).Debug("published batch", "aggregate", in.AggregateType+"/"+in.AggregateID,
 		"events", len(in.Events), "published", done, "sent", n)
 	return res, nil
+}
+
+// batchItem is one event of a batch that is not published yet: where it
+// is in the input, its row, where it goes and, when it goes to the broker,
+// its message's index (else -1).
+type batchItem struct {
+	at   int
+	id   string
+	row  outbox.PublishRow
+	plan plan
+	msg  int
 }
 
 // runAfter is the run of events, ascending, whose versions follow

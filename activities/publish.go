@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,14 +18,17 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/upcast"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -32,8 +36,23 @@ import (
 type PublishConfig struct {
 	// Pool reaches the outbox tables. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends to RabbitMQ. Required.
+	// Publisher sends to RabbitMQ. Required unless NoBroker.
 	Publisher *broker.Publisher
+	// NoBroker: publish nothing to RabbitMQ; every event goes only to its
+	// workflow destinations, and an event type without one is quarantined
+	// (ErrTypeNoDestination). Publisher must then be nil. Default false.
+	NoBroker bool
+	// Destinations routes event types to workflows of your own (package
+	// destination). Default: none.
+	Destinations *destination.Router
+	// Temporal and Namespace reach the destination workflows. Required
+	// when Destinations has any.
+	Temporal  client.Client
+	Namespace string
+	// Upcast, when set, lifts payloads to the current schema version
+	// before they go to workflow destinations (the broker gets them as
+	// written). Default: none, payloads as written.
+	Upcast *upcast.Registry
 	// Metrics counts publishes and their failures; nil counts nothing.
 	Metrics *metrics.Relay
 	// TracerProvider starts the publish span. Default: the global provider
@@ -53,6 +72,7 @@ type PublishConfig struct {
 // worker's workflow settings (workflows.Settings), which Register binds.
 type Publish struct {
 	sender
+	targets  targets
 	pool     *pgxpool.Pool
 	metrics  *metrics.Relay
 	effects  func(aggregateType, eventType string) []workflows.EffectStart
@@ -64,14 +84,26 @@ func NewPublish(cfg PublishConfig) (*Publish, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: PublishConfig.Pool is nil")
 	}
-	if cfg.Publisher == nil {
-		return nil, errors.New("activities: PublishConfig.Publisher is nil")
+	switch {
+	case cfg.Publisher == nil && !cfg.NoBroker:
+		return nil, errors.New("activities: PublishConfig.Publisher is nil (set NoBroker for a deployment without RabbitMQ)")
+	case cfg.Publisher != nil && cfg.NoBroker:
+		return nil, errors.New("activities: PublishConfig.Publisher is set, but NoBroker says there is no broker")
+	}
+	t := targets{router: cfg.Destinations, upcast: cfg.Upcast, noBroker: cfg.NoBroker, metrics: cfg.Metrics}
+	if cfg.Destinations.Len() > 0 {
+		var err error
+		if t.sender, err = destination.NewSender(destination.SenderConfig{Temporal: cfg.Temporal, Namespace: cfg.Namespace}); err != nil {
+			return nil, fmt.Errorf("activities: PublishConfig.Destinations: %w", err)
+		}
 	}
 	if cfg.Effects == nil {
 		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
 	}
-	return &Publish{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), pool: cfg.Pool,
-		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}, nil
+	p := &Publish{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), targets: t, pool: cfg.Pool,
+		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}
+	p.targets.tracer = p.tracer
+	return p, nil
 }
 
 // Register registers the publish activities under their wire names,
@@ -132,7 +164,7 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	if ev.Status == "published" {
 		return workflows.PublishResult{AlreadyPublished: true, Effects: effects}, nil
 	}
-	if err := a.send(ctx, in.EventID, ev); err != nil {
+	if err := a.deliverEvent(ctx, in.EventID, ev); err != nil {
 		noteError(ctx, a.pool, in.EventID, err)
 		var appErr *temporal.ApplicationError
 		if errors.As(err, &appErr) {
@@ -148,6 +180,21 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	a.metrics.Published(ev.AggregateType, ev.DueAt)
 	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
 	return workflows.PublishResult{Effects: effects}, nil
+}
+
+// deliverEvent sends one event everywhere it goes: to RabbitMQ (unless it
+// skips the broker), then to each of its workflow destinations.
+func (a *Publish) deliverEvent(ctx context.Context, id string, ev outbox.PublishRow) error {
+	p, err := a.targets.planFor(id, ev)
+	if err != nil {
+		return err
+	}
+	if p.broker {
+		if err := a.send(ctx, id, ev); err != nil {
+			return err
+		}
+	}
+	return a.targets.deliver(ctx, id, ev, p.routes)
 }
 
 // loadEvent reads an outbox row, classifying a row that cannot exist as
@@ -189,8 +236,17 @@ func (a *sender) send(ctx context.Context, id string, ev outbox.PublishRow) erro
 // → outbox → publish → consumer. With no tracer provider set the span
 // records nothing and the headers carry the row's own trace context. The
 // caller ends the span.
+//
+// The producer's headers (outbox.Event.Headers) go in first and Ferry's
+// over them: Ferry's always win. Validation and the schema refuse the
+// reserved names, so a collision means a row written around the check; it
+// is logged, once per message, naming the headers, never their values.
 func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (broker.Message, trace.Span) {
-	headers := amqp.Table{
+	headers := make(amqp.Table, len(ev.Headers)+6)
+	for k, v := range ev.Headers {
+		headers[k] = v
+	}
+	own := amqp.Table{
 		broker.HeaderAggregateType:    ev.AggregateType,
 		broker.HeaderAggregateID:      ev.AggregateID,
 		broker.HeaderAggregateVersion: ev.Version,
@@ -214,7 +270,28 @@ func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	for k, v := range carrier {
+		own[k] = v
+	}
+	var overridden []string
+	for k, v := range own {
+		if _, ok := headers[k]; ok {
+			overridden = append(overridden, k)
+		}
 		headers[k] = v
+	}
+	for k := range ev.Headers {
+		// Reserved in any case (outbox.ReservedHeader), but AMQP header
+		// names are case-sensitive: a "Ferry-Aggregate-ID" beside Ferry's
+		// own would only confuse a consumer.
+		if _, ours := own[k]; !ours && outbox.ReservedHeader(k) {
+			overridden = append(overridden, k)
+			delete(headers, k)
+		}
+	}
+	if len(overridden) > 0 && activity.IsActivity(ctx) {
+		slices.Sort(overridden)
+		activity.GetLogger(ctx).Warn("event headers with reserved names dropped, Ferry's own sent (the row was written around the outbox_events_headers_valid check)",
+			"event_id", id, "headers", overridden)
 	}
 	return broker.Message{
 		ID:         id,

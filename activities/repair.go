@@ -33,7 +33,8 @@ const (
 type RepairConfig struct {
 	// Pool reaches the outbox tables and ferry_repairs. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends replays to RabbitMQ. Required.
+	// Publisher sends replays to RabbitMQ. Nil (a deployment without a
+	// broker): replays are refused, naming why.
 	Publisher *broker.Publisher
 	// Metrics counts quarantines, repairs and replays; nil counts nothing.
 	Metrics *metrics.Metrics
@@ -59,9 +60,6 @@ type Repair struct {
 func NewRepair(cfg RepairConfig) (*Repair, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: RepairConfig.Pool is nil")
-	}
-	if cfg.Publisher == nil {
-		return nil, errors.New("activities: RepairConfig.Publisher is nil")
 	}
 	return &Repair{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), pool: cfg.Pool, metrics: cfg.Metrics}, nil
 }
@@ -183,6 +181,11 @@ func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up request %s: %w", in.RequestID, err)
+	}
+	if a.pub == nil {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"event %s: replay re-publishes to RabbitMQ, and this worker has no broker (Config.NoBroker; ferry: --no-broker): nothing was published", in.EventID),
+			ErrTypeNotReplayable, nil)
 	}
 	ev, err := loadEvent(ctx, a.pool, in.EventID)
 	if err != nil {

@@ -16,6 +16,7 @@ type Relay struct {
 	publishErrors  *prometheus.CounterVec
 	latency        prometheus.Histogram
 	dispatches     *prometheus.CounterVec
+	deliveries     *prometheus.CounterVec
 	// quarantined is Metrics' ferry_events_quarantined_total, when the
 	// relay metrics are part of a Metrics; nil otherwise.
 	quarantined *prometheus.CounterVec
@@ -39,7 +40,7 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 		}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_published_total",
-			Help: "Events confirmed by RabbitMQ and marked published, by aggregate type.",
+			Help: "Events delivered (confirmed by RabbitMQ unless they skip it, taken by every workflow destination) and marked published, by aggregate type.",
 		}, []string{"aggregate_type"}),
 		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_publish_failures_total",
@@ -54,8 +55,12 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 			Name: "ferry_relay_dispatches_total",
 			Help: "Aggregates handed to Temporal by pollers, by how: start (a one-shot run), start_fallback (a run was open: signalled), signal (signal-with-start).",
 		}, []string{"how"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_destination_deliveries_total",
+			Help: "Deliveries to workflow destinations, by destination and outcome: delivered (started or signalled), existed (a start found its workflow there: a repeat), failed (retried, or quarantines the event).",
+		}, []string{"destination", "outcome"}),
 	}
-	if err := register(reg, r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches); err != nil {
+	if err := register(reg, r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches, r.deliveries); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -101,5 +106,13 @@ func (r *Relay) Quarantined(eventType, errorClass string) {
 func (r *Relay) Dispatched(how string) {
 	if r != nil {
 		r.dispatches.WithLabelValues(how).Inc()
+	}
+}
+
+// Delivered records one delivery to a workflow destination (outcome
+// "delivered", "existed" or "failed").
+func (r *Relay) Delivered(destination, outcome string) {
+	if r != nil {
+		r.deliveries.WithLabelValues(destination, outcome).Inc()
 	}
 }

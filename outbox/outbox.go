@@ -52,6 +52,14 @@ type Event struct {
 	SchemaVersion int
 	// Payload is a JSON document.
 	Payload json.RawMessage
+	// Headers are string headers that travel with the event: as AMQP
+	// headers beside Ferry's own, and in a workflow destination's input.
+	// Nil or empty means none. At most MaxHeaders, names matching
+	// HeaderNamePattern and not reserved (ReservedHeader: ferry-*, x-*,
+	// message_id, message-id, traceparent, tracestate, in any case), values
+	// valid UTF-8 without NUL, names and values together at most
+	// MaxHeadersBytes. Never put secrets here: headers are not redacted.
+	Headers map[string]string
 	// DeliverAfter asks for the event not to be delivered before this time,
 	// as the database's clock tells it. Zero, or a time already past, means
 	// at once. The aggregate's later events wait for it too: each is
@@ -162,6 +170,9 @@ func (w *Writer) Validate(ev Event) error {
 		return bad("DeliverAfter", "%s is more than %s ahead (Config.MaxDelay): every later event of the aggregate would wait as long",
 			ev.DeliverAfter.Format(time.RFC3339), w.cfg.MaxDelay)
 	}
+	if err := ValidateHeaders(ev.Headers); err != nil {
+		return err
+	}
 	return ValidatePayload(ev.Payload, w.cfg.MaxPayloadBytes)
 }
 
@@ -231,10 +242,10 @@ func hasNULEscape(doc []byte) bool {
 // (migration 0009).
 const sqlInsert = `
 INSERT INTO outbox_events
-    (id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, deliver_after, trace_parent, trace_state)
-SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type, e.schema_version, e.payload, e.deliver_after, $9, $10
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::jsonb[], $8::timestamptz[])
-     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, deliver_after, n)
+    (id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, deliver_after, trace_parent, trace_state)
+SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type, e.schema_version, e.payload, e.headers, e.deliver_after, $10, $11
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])
+     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, deliver_after, n)
 ORDER BY e.n
 RETURNING id, aggregate_version`
 
@@ -256,6 +267,7 @@ func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Wri
 		types    = make([]string, len(events))
 		schemas  = make([]int32, len(events))
 		payloads = make([]string, len(events))
+		headers  = make([]*string, len(events))
 		after    = make([]pgtype.Timestamptz, len(events))
 		seen     = make(map[uuid.UUID]bool, len(events))
 	)
@@ -284,6 +296,11 @@ func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Wri
 		}
 		schemas[i] = int32(max(ev.SchemaVersion, 1))
 		payloads[i] = string(ev.Payload)
+		h, err := headersJSON(ev.Headers)
+		if err != nil {
+			return nil, err
+		}
+		headers[i] = h
 		// NULL unless the time may be ahead of the database's clock: a
 		// long-past time means "at once" just the same, and stays clear of
 		// PostgreSQL's range of timestamps.
@@ -294,7 +311,7 @@ func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Wri
 	carrier := propagation.MapCarrier{}
 	w.propagator.Inject(ctx, carrier)
 
-	rows, err := tx.Query(ctx, sqlInsert, ids, aggTypes, aggIDs, versions, types, schemas, payloads, after,
+	rows, err := tx.Query(ctx, sqlInsert, ids, aggTypes, aggIDs, versions, types, schemas, payloads, headers, after,
 		nullIfEmpty(carrier.Get("traceparent")), nullIfEmpty(carrier.Get("tracestate")))
 	if err != nil {
 		return nil, translate(err)
@@ -341,7 +358,9 @@ func translate(err error) error {
 			// included) stays out of the message.
 			return fmt.Errorf("%w: %s refused by the schema (%s): %w", ErrInvalidEvent,
 				checkedField[pgErr.ConstraintName], pgErr.ConstraintName, err)
-		case pgErr.Code == "42P01":
+		case pgErr.Code == "42P01", pgErr.Code == "42703":
+			// No table, or no column (headers: 0008): a schema older
+			// than this binary.
 			return fmt.Errorf("insert outbox events: %w (run `ferry migrate`)", err)
 		}
 	}
@@ -357,6 +376,7 @@ var checkedField = map[string]string{
 	"outbox_events_aggregate_version_check": "AggregateVersion",
 	"outbox_events_event_type_check":        "EventType",
 	"outbox_events_schema_version_check":    "SchemaVersion",
+	"outbox_events_headers_valid":           "Headers",
 	"outbox_events_deliver_after_finite":    "DeliverAfter",
 }
 

@@ -227,6 +227,14 @@ var All = []Setting{
 	{Name: "no-schedules", Env: "FERRY_NO_SCHEDULES", Fields: []string{"Config.NoSchedules"}, Owner: OwnerWorker, Default: false,
 		Usage: "workers leave the retention and reconcile schedules alone", Applies: appliesWorker},
 
+	// Worker: workflow destinations.
+	{Name: "destination", Env: "FERRY_DESTINATIONS", Fields: []string{"Config.Destinations"}, Owner: OwnerWorker, Default: []string(nil), DefaultText: "none",
+		Repeatable: true, Sep: ";", Usage: "start or signal a workflow of yours for an event type, TYPE=ACTION:NAME[,key=value…], e.g. order.created=start:fulfilment,type=Fulfilment,queue=orders",
+		Note: "see [Workflow destinations](workflow-destinations.md#workflow-destinations)", Applies: appliesWorker},
+	{Name: "no-broker", Env: "FERRY_NO_BROKER", Fields: []string{"Config.NoBroker"}, Owner: OwnerWorker, Default: false,
+		Usage: "publish nothing to RabbitMQ and never connect to it: events go only to their workflow destinations",
+		Note:  "needs --destination; an event type without one is quarantined (NoDestination)", Applies: appliesWorker},
+
 	// Worker: effects.
 	{Name: "effect", Env: "FERRY_EFFECTS", Fields: []string{"EffectsConfig.Routes"}, Owner: OwnerWorker, Default: []string(nil), DefaultText: "none",
 		Repeatable: true, Sep: ";", Usage: "effects of an event type, TYPE=EFFECT[,EFFECT…], e.g. order.created=charge,email:confirmation",

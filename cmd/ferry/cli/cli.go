@@ -192,8 +192,8 @@ func serve(ctx context.Context, cfg app.Config, roles ferry.Roles, logger *slog.
 	if err := a.Start(startCtx); err != nil {
 		return app.RootCause(err)
 	}
-	fmt.Fprintf(out, "ferry: %s running: PostgreSQL %s → Temporal %s (namespace %s, task queue %s) → RabbitMQ %s (exchange %s). Ctrl-C stops.\n",
-		roleNames(roles), broker.Redact(cfg.Postgres.URL), cfg.Temporal.Address, cfg.Namespace, cfg.TaskQueue, broker.Redact(cfg.AMQPURL), cfg.Exchange)
+	fmt.Fprintf(out, "ferry: %s running: PostgreSQL %s → Temporal %s (namespace %s, task queue %s) → %s. Ctrl-C stops.\n",
+		roleNames(roles), broker.Redact(cfg.Postgres.URL), cfg.Temporal.Address, cfg.Namespace, cfg.TaskQueue, targetsLine(cfg.Config))
 	if metricsSrv != nil {
 		fmt.Fprintf(out, "ferry: Prometheus /metrics on http://%s/metrics\n", metricsSrv.Addr())
 	} else {
@@ -212,6 +212,19 @@ func serve(ctx context.Context, cfg app.Config, roles ferry.Roles, logger *slog.
 	}
 	fmt.Fprintln(out, "ferry: stopped")
 	return nil
+}
+
+// targetsLine says where events go: RabbitMQ and/or the workflow
+// destinations.
+func targetsLine(cfg ferry.Config) string {
+	var parts []string
+	if !cfg.NoBroker {
+		parts = append(parts, fmt.Sprintf("RabbitMQ %s (exchange %s)", broker.Redact(cfg.AMQPURL), cfg.Exchange))
+	}
+	if n := len(cfg.Destinations); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d workflow destination route value(s)", n))
+	}
+	return strings.Join(parts, " and ")
 }
 
 func roleNames(r ferry.Roles) string {

@@ -49,6 +49,11 @@ func ping(ctx context.Context, cfg app.Config, logger *slog.Logger, out io.Write
 	if err != nil {
 		return err
 	}
+	if cfg.NoBroker {
+		fmt.Fprintln(out, "ferry: PostgreSQL and Temporal answer (no broker: --no-broker)")
+		fmt.Fprintf(out, "ferry: %s\n", tinfo)
+		return nil
+	}
 	pub, err := cfg.OpenPublisher(ctx)
 	if err != nil {
 		return err
