@@ -123,6 +123,8 @@ type row struct {
 	SchemaVersion int
 	TraceParent   string
 	TraceState    string
+	// Headers is the headers column's JSON; "" is NULL.
+	Headers string
 }
 
 // insert writes one event with plain SQL, as a producer in any language
@@ -140,10 +142,10 @@ func insert(t *testing.T, pool *pgxpool.Pool, aggType, aggID string, r row) even
 	}
 	e := event{AggregateType: aggType, AggregateID: aggID}
 	err := pool.QueryRow(context.Background(), `
-		INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, schema_version, trace_parent, trace_state)
-		VALUES ($1, $2, $3, $4::jsonb, $5, nullif($6, ''), nullif($7, ''))
+		INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, schema_version, trace_parent, trace_state, headers)
+		VALUES ($1, $2, $3, $4::jsonb, $5, nullif($6, ''), nullif($7, ''), nullif($8, '')::jsonb)
 		RETURNING id::text, aggregate_version, created_at`,
-		aggType, aggID, r.EventType, r.Payload, r.SchemaVersion, r.TraceParent, r.TraceState).
+		aggType, aggID, r.EventType, r.Payload, r.SchemaVersion, r.TraceParent, r.TraceState, r.Headers).
 		Scan(&e.ID, &e.Version, &e.CreatedAt)
 	require.NoError(t, err)
 	return e

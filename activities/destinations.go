@@ -119,6 +119,7 @@ func (t *targets) envelope(id string, ev outbox.PublishRow) (destination.Envelop
 		AggregateVersion: ev.Version,
 		SchemaVersion:    int(ev.SchemaVersion),
 		Payload:          ev.Payload,
+		Headers:          ev.Headers,
 		TraceParent:      ev.TraceParent,
 		TraceState:       ev.TraceState,
 		CreatedAt:        ev.CreatedAt,

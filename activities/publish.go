@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -235,8 +236,17 @@ func (a *sender) send(ctx context.Context, id string, ev outbox.PublishRow) erro
 // → outbox → publish → consumer. With no tracer provider set the span
 // records nothing and the headers carry the row's own trace context. The
 // caller ends the span.
+//
+// The producer's headers (outbox.Event.Headers) go in first and Ferry's
+// over them: Ferry's always win. Validation and the schema refuse the
+// reserved names, so a collision means a row written around the check; it
+// is logged, once per message, naming the headers, never their values.
 func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (broker.Message, trace.Span) {
-	headers := amqp.Table{
+	headers := make(amqp.Table, len(ev.Headers)+6)
+	for k, v := range ev.Headers {
+		headers[k] = v
+	}
+	own := amqp.Table{
 		broker.HeaderAggregateType:    ev.AggregateType,
 		broker.HeaderAggregateID:      ev.AggregateID,
 		broker.HeaderAggregateVersion: ev.Version,
@@ -260,7 +270,28 @@ func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	for k, v := range carrier {
+		own[k] = v
+	}
+	var overridden []string
+	for k, v := range own {
+		if _, ok := headers[k]; ok {
+			overridden = append(overridden, k)
+		}
 		headers[k] = v
+	}
+	for k := range ev.Headers {
+		// Reserved in any case (outbox.ReservedHeader), but AMQP header
+		// names are case-sensitive: a "Ferry-Aggregate-ID" beside Ferry's
+		// own would only confuse a consumer.
+		if _, ours := own[k]; !ours && outbox.ReservedHeader(k) {
+			overridden = append(overridden, k)
+			delete(headers, k)
+		}
+	}
+	if len(overridden) > 0 && activity.IsActivity(ctx) {
+		slices.Sort(overridden)
+		activity.GetLogger(ctx).Warn("event headers with reserved names dropped, Ferry's own sent (the row was written around the outbox_events_headers_valid check)",
+			"event_id", id, "headers", overridden)
 	}
 	return broker.Message{
 		ID:         id,

@@ -119,6 +119,8 @@ type msg struct {
 	version, schema            int64
 	body                       string
 	noHeaders                  bool
+	// extra headers, beside Ferry's (a producer's event headers).
+	extra amqp.Table
 }
 
 func order(id, aggregateID string, version int64) msg {
@@ -133,6 +135,9 @@ func (e *env) publish(m msg) {
 		broker.HeaderAggregateID:      m.aggregateID,
 		broker.HeaderAggregateVersion: m.version,
 		broker.HeaderSchemaVersion:    m.schema,
+	}
+	for k, v := range m.extra {
+		h[k] = v
 	}
 	if m.noHeaders {
 		h = nil

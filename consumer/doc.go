@@ -3,10 +3,11 @@
 // backoff, and a graceful Stop that finishes the deliveries in hand.
 //
 // Every delivery goes through the same steps. Its Ferry headers are read
-// (message_id, type, and the broker.Header* contract); its payload is
-// lifted to the handler's schema version by an upcast.Registry; inbox.Process
-// applies it in one PostgreSQL transaction; OnResult observes the outcome;
-// and only then is it acknowledged. The ordering policy:
+// (message_id, type, and the broker.Header* contract), and the producer's
+// own string headers go to the handler in inbox.Event.Headers; its payload
+// is lifted to the handler's schema version by an upcast.Registry;
+// inbox.Process applies it in one PostgreSQL transaction; OnResult
+// observes the outcome; and only then is it acknowledged. The ordering policy:
 //
 //   - applied, duplicate (event id seen), stale (version ≤ last applied):
 //     acknowledged; the last two had no effect and are counted.

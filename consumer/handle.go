@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/backoff"
+	"github.com/ferry-outbox/ferry/outbox"
 )
 
 // handle takes one delivery to its outcome and acknowledges it. stop ends
@@ -276,7 +277,7 @@ func republish(d amqp.Delivery, extra amqp.Table) amqp.Publishing {
 // headers are left for the inbox to judge (an Unordered inbox needs none),
 // and an absent schema version reads as 0, which the registry refuses.
 func decode(d amqp.Delivery) (inbox.Event, error) {
-	ev := inbox.Event{ID: d.MessageId, EventType: d.Type, Payload: d.Body, Timestamp: d.Timestamp}
+	ev := inbox.Event{ID: d.MessageId, EventType: d.Type, Payload: d.Body, Timestamp: d.Timestamp, Headers: producerHeaders(d.Headers)}
 	var bad []string
 	str := func(name string, dst *string) {
 		switch v := d.Headers[name].(type) {
@@ -313,6 +314,23 @@ func decode(d amqp.Delivery) (inbox.Event, error) {
 		return ev, fmt.Errorf("invalid Ferry message: %s", joinSemicolon(bad))
 	}
 	return ev, nil
+}
+
+// producerHeaders are the string headers of a message whose names a
+// producer may set: not Ferry's, the broker's or the trace context.
+func producerHeaders(h amqp.Table) map[string]string {
+	var out map[string]string
+	for k, v := range h {
+		s, ok := v.(string)
+		if !ok || outbox.CheckHeaderName(k) != nil {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string)
+		}
+		out[k] = s
+	}
+	return out
 }
 
 func joinSemicolon(s []string) string {

@@ -271,8 +271,8 @@ func (r *Router) Events() []string {
 	return slices.Sorted(maps.Keys(r.routes))
 }
 
-// WorkflowID is the ID the route gives ev's workflow.
-func (rt Route) WorkflowID(ev Envelope) (string, error) {
+// RenderID is the workflow ID the route gives ev's workflow.
+func (rt Route) RenderID(ev Envelope) (string, error) {
 	return rt.id.render(ev)
 }
 

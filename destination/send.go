@@ -55,8 +55,10 @@ const (
 	// Delivered: the workflow was started or signalled.
 	Delivered Outcome = "delivered"
 	// Existed: a start found the workflow there already (running or
-	// closed), so this event had been delivered, or another event started
-	// the same ID. Nothing was done.
+	// closed), started by another request: another event whose ID template
+	// gives the same ID, or this one before the workflow closed. Nothing
+	// was done. (A repeat of the very request that started it gets that
+	// request's answer, Delivered, and starts nothing either.)
 	Existed Outcome = "existed"
 )
 
@@ -70,7 +72,7 @@ const (
 func (s *Sender) Deliver(ctx context.Context, rt Route, ev Envelope) (Outcome, error) {
 	ev.EnvelopeVersion = EnvelopeVersion
 	ev.Destination = rt.Name
-	id, err := rt.WorkflowID(ev)
+	id, err := rt.RenderID(ev)
 	if err != nil {
 		return "", err
 	}
@@ -85,7 +87,8 @@ func (s *Sender) Deliver(ctx context.Context, rt Route, ev Envelope) (Outcome, e
 	}
 	switch rt.Action {
 	case Start:
-		_, err = s.svc.StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
+		var resp *workflowservice.StartWorkflowExecutionResponse
+		resp, err = s.svc.StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
 			Namespace:    s.namespace,
 			WorkflowId:   id,
 			WorkflowType: &commonpb.WorkflowType{Name: rt.WorkflowType},
@@ -100,7 +103,7 @@ func (s *Sender) Deliver(ctx context.Context, rt Route, ev Envelope) (Outcome, e
 			WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		})
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) {
+		if errors.As(err, &started) || err == nil && !resp.GetStarted() {
 			return Existed, nil
 		}
 	case Signal:
@@ -161,7 +164,7 @@ func classify(rt Route, id string, err error) error {
 	switch {
 	case errors.As(err, &nsNotFound):
 		return fmt.Errorf("destination %s: %s workflow %q: %w", rt.Name, rt.Action, id, err)
-	case errors.As(err, &notFound):
+	case errors.As(err, &notFound) && rt.Action == Signal:
 		return fmt.Errorf("destination %s: signal %q to workflow %q: no such running workflow (not started yet, or closed): %w", rt.Name, rt.Signal, id, err)
 	case errors.As(err, &invalid):
 		return fmt.Errorf("%w: destination %s: %s workflow %q: Temporal refused the request: %v", ErrPermanent, rt.Name, rt.Action, id, err)

@@ -62,6 +62,11 @@ type Event struct {
 	Payload       []byte
 	// Timestamp is when the producer committed the event, if known.
 	Timestamp time.Time
+	// Headers are the producer's headers (outbox.Event.Headers): package
+	// consumer fills them from the message's string-valued AMQP headers
+	// whose names a producer may set (outbox.CheckHeaderName), so never
+	// Ferry's or RabbitMQ's. Nil when there are none.
+	Headers map[string]string
 }
 
 // Handler applies one event's effect with tx, the inbox's transaction. It must

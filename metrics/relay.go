@@ -40,7 +40,7 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 		}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_published_total",
-			Help: "Events confirmed by RabbitMQ and marked published, by aggregate type.",
+			Help: "Events delivered (confirmed by RabbitMQ unless they skip it, taken by every workflow destination) and marked published, by aggregate type.",
 		}, []string{"aggregate_type"}),
 		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_publish_failures_total",

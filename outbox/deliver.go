@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,18 +42,39 @@ type PublishRow struct {
 	CreatedAt               time.Time
 	Status                  string
 	Payload                 []byte
+	// Headers are the producer's (Event.Headers); nil when the row has
+	// none.
+	Headers map[string]string
 }
 
 // fields are scan targets for publishColumns.
 func (ev *PublishRow) fields() []any {
 	return []any{&ev.AggregateType, &ev.AggregateID, &ev.Version, &ev.EventType,
-		&ev.SchemaVersion, &ev.Payload, &ev.TraceParent, &ev.TraceState, &ev.CreatedAt, &ev.Status}
+		&ev.SchemaVersion, &ev.Payload, &ev.TraceParent, &ev.TraceState, &ev.CreatedAt, &ev.Status, headersScanner{&ev.Headers}}
+}
+
+// headersScanner scans the headers column into a PublishRow
+// (decodeHeaders).
+type headersScanner struct{ dst *map[string]string }
+
+func (s headersScanner) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*s.dst = nil
+	case string:
+		*s.dst = decodeHeaders([]byte(v))
+	case []byte:
+		*s.dst = decodeHeaders(v)
+	default:
+		return fmt.Errorf("scan headers: unexpected %T", src)
+	}
+	return nil
 }
 
 // publishColumns are what a publish reads of an outbox row, in the order of
-// PublishRow.fields.
+// PublishRow.fields. headers is read as text: headersScanner decodes it.
 const publishColumns = `aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status`
+       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status, headers::text`
 
 // sqlLoadForPublish reads one row by primary key.
 const sqlLoadForPublish = `SELECT ` + publishColumns + ` FROM outbox_events WHERE id = $1`

@@ -50,6 +50,14 @@ type Event struct {
 	SchemaVersion int
 	// Payload is a JSON document.
 	Payload json.RawMessage
+	// Headers are string headers that travel with the event: as AMQP
+	// headers beside Ferry's own, and in a workflow destination's input.
+	// Nil or empty means none. At most MaxHeaders, names matching
+	// HeaderNamePattern and not reserved (ReservedHeader: ferry-*, x-*,
+	// message_id, message-id, traceparent, tracestate, in any case), values
+	// valid UTF-8 without NUL, names and values together at most
+	// MaxHeadersBytes. Never put secrets here: headers are not redacted.
+	Headers map[string]string
 }
 
 // Written is what Write reports for each stored event.
@@ -139,6 +147,9 @@ func (w *Writer) Validate(ev Event) error {
 	case ev.SchemaVersion < 0 || ev.SchemaVersion > math.MaxInt32:
 		return bad("SchemaVersion", "%d: must be between 1 and %d (0 means 1)", ev.SchemaVersion, math.MaxInt32)
 	}
+	if err := ValidateHeaders(ev.Headers); err != nil {
+		return err
+	}
 	return ValidatePayload(ev.Payload, w.cfg.MaxPayloadBytes)
 }
 
@@ -206,10 +217,10 @@ func hasNULEscape(doc []byte) bool {
 // consecutive versions.
 const sqlInsert = `
 INSERT INTO outbox_events
-    (id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, trace_parent, trace_state)
-SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type, e.schema_version, e.payload, $8, $9
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::jsonb[])
-     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, n)
+    (id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, trace_parent, trace_state)
+SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type, e.schema_version, e.payload, e.headers, $9, $10
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
+     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, n)
 ORDER BY e.n
 RETURNING id, aggregate_version`
 
@@ -231,6 +242,7 @@ func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Wri
 		types    = make([]string, len(events))
 		schemas  = make([]int32, len(events))
 		payloads = make([]string, len(events))
+		headers  = make([]*string, len(events))
 		seen     = make(map[uuid.UUID]bool, len(events))
 	)
 	for i, ev := range events {
@@ -258,11 +270,16 @@ func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Wri
 		}
 		schemas[i] = int32(max(ev.SchemaVersion, 1))
 		payloads[i] = string(ev.Payload)
+		h, err := headersJSON(ev.Headers)
+		if err != nil {
+			return nil, err
+		}
+		headers[i] = h
 	}
 	carrier := propagation.MapCarrier{}
 	w.propagator.Inject(ctx, carrier)
 
-	rows, err := tx.Query(ctx, sqlInsert, ids, aggTypes, aggIDs, versions, types, schemas, payloads,
+	rows, err := tx.Query(ctx, sqlInsert, ids, aggTypes, aggIDs, versions, types, schemas, payloads, headers,
 		nullIfEmpty(carrier.Get("traceparent")), nullIfEmpty(carrier.Get("tracestate")))
 	if err != nil {
 		return nil, translate(err)
@@ -309,7 +326,9 @@ func translate(err error) error {
 			// included) stays out of the message.
 			return fmt.Errorf("%w: %s refused by the schema (%s): %w", ErrInvalidEvent,
 				checkedField[pgErr.ConstraintName], pgErr.ConstraintName, err)
-		case pgErr.Code == "42P01":
+		case pgErr.Code == "42P01", pgErr.Code == "42703":
+			// No table, or no column (headers: 0008): a schema older
+			// than this binary.
 			return fmt.Errorf("insert outbox events: %w (run `ferry migrate`)", err)
 		}
 	}
@@ -325,6 +344,7 @@ var checkedField = map[string]string{
 	"outbox_events_aggregate_version_check": "AggregateVersion",
 	"outbox_events_event_type_check":        "EventType",
 	"outbox_events_schema_version_check":    "SchemaVersion",
+	"outbox_events_headers_valid":           "Headers",
 }
 
 func nullIfEmpty(s string) *string {

@@ -76,21 +76,10 @@ const (
 func TestOneEventAggregateCost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", freePort(t))
-	addr := strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics")
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	srv, err := devserver.Start(sctx, devserver.Config{Address: "127.0.0.1:0", SearchAttributes: workflows.SearchAttributeTypes, MetricsAddress: addr})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Stop() })
-	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: testenv.QuietLogger()})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-
+	srv, metricsURL := costServer(t)
+	c := costClient(t, srv)
 	// Pollers in a process of their own: the start cannot be eager.
-	apart, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: testenv.QuietLogger()})
-	require.NoError(t, err)
-	t.Cleanup(apart.Close)
+	apart := costClient(t, srv)
 
 	measure := func(t *testing.T, mode string, idle time.Duration, pollers client.Client) (transitions, actions float64) {
 		e := setup(t)
@@ -132,6 +121,28 @@ func TestOneEventAggregateCost(t *testing.T) {
 	t.Logf("keep-alive: %.2f state transitions, %.2f actions per one-event aggregate", keepST, keepActions)
 	require.Greater(t, keepST, oneShotST)
 	require.Greater(t, keepActions, oneShotActions)
+}
+
+// costServer is a Temporal server of the test's own whose metrics only
+// its workload moves.
+func costServer(t *testing.T) (*devserver.Server, string) {
+	t.Helper()
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", freePort(t))
+	addr := strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, devserver.Config{Address: "127.0.0.1:0", SearchAttributes: workflows.SearchAttributeTypes, MetricsAddress: addr})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Stop() })
+	return srv, metricsURL
+}
+
+func costClient(t *testing.T, srv *devserver.Server) client.Client {
+	t.Helper()
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: testenv.QuietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
 }
 
 // waitClosed waits until the workflow's latest run is closed.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -91,13 +92,17 @@ type ferryOpts struct {
 	tracer       trace.TracerProvider
 	metrics      *metrics.Metrics
 	maint        *metrics.Maintenance
+	// destinations route event types to workflows (Config.Destinations);
+	// noBroker runs the worker without RabbitMQ.
+	destinations []string
+	noBroker     bool
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
 func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	t.Helper()
 	ctx := context.Background()
-	if o.amqpURL == "" {
+	if o.amqpURL == "" && !o.noBroker {
 		o.amqpURL = e.br.URL
 	}
 	if o.pool == nil {
@@ -127,10 +132,19 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	if o.temporal == nil {
 		o.temporal = tclient
 	}
-	pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
+	var pub *broker.Publisher
+	if !o.noBroker {
+		var err error
+		pub, err = broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = pub.Close() })
+	}
+	dests, err := destination.ParseAll(o.destinations)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, Metrics: o.metrics, MaintenanceMetrics: o.maint, Temporal: tclient, TracerProvider: o.tracer})
+	router, err := destination.NewRouter(dests)
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, NoBroker: o.noBroker, Destinations: router, Namespace: namespace,
+		Metrics: o.metrics, MaintenanceMetrics: o.maint, Temporal: workerClient, TracerProvider: o.tracer})
 	require.NoError(t, err)
 	if !o.noWorker {
 		w, err := worker.New(worker.Config{Temporal: workerClient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules,

@@ -233,7 +233,7 @@ var All = []Setting{
 		Note: "see [Workflow destinations](workflow-destinations.md#workflow-destinations)", Applies: appliesWorker},
 	{Name: "no-broker", Env: "FERRY_NO_BROKER", Fields: []string{"Config.NoBroker"}, Owner: OwnerWorker, Default: false,
 		Usage: "publish nothing to RabbitMQ and never connect to it: events go only to their workflow destinations",
-		Note: "needs --destination; an event type without one is quarantined (NoDestination)", Applies: appliesWorker},
+		Note:  "needs --destination; an event type without one is quarantined (NoDestination)", Applies: appliesWorker},
 
 	// Worker: effects.
 	{Name: "effect", Env: "FERRY_EFFECTS", Fields: []string{"EffectsConfig.Routes"}, Owner: OwnerWorker, Default: []string(nil), DefaultText: "none",

@@ -121,6 +121,9 @@ func TestErrorsNameFlags(t *testing.T) {
 		{[]string{"--effect", "order.created=charge"}, "ferry: --payments-url (FERRY_PAYMENTS_URL) is required: a route charges or refunds"},
 		{[]string{"--payments-timeout", "2m"}, "ferry: --payments-timeout (FERRY_PAYMENTS_TIMEOUT) 2m0s must be shorter than --payment-attempt-timeout (FERRY_PAYMENT_ATTEMPT_TIMEOUT) 1m0s"},
 		{[]string{"--drift-sample", "5000"}, "ferry: --drift-sample (FERRY_DRIFT_SAMPLE) must be 1 to 1000"},
+		{[]string{"--destination", "order.created=start:fulfilment,type=Fulfilment"}, "ferry: --destination (FERRY_DESTINATIONS) destination order.created=start:fulfilment,type=Fulfilment: start needs queue=<task queue>"},
+		{[]string{"--destination", "order.paid=signal:f,id=f-{order}"}, "unknown placeholder {order}"},
+		{[]string{"--no-broker"}, "ferry: --no-broker (FERRY_NO_BROKER) needs --destination (FERRY_DESTINATIONS): without a broker"},
 	}
 	// A closed port: a case that passed validation must not migrate a
 	// database anyone uses.

@@ -1,0 +1,324 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/ferry-outbox/ferry/destination"
+	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// Workflow destinations: Ferry starts and signals workflows of the user's
+// own, from the publish path, through the real Temporal server.
+
+// recorded is what recorderWorkflow has taken in: the envelopes in the
+// order they came (a start's input first), and the repeats Dedup dropped.
+type recorded struct {
+	Got     []destination.Envelope
+	Dropped int
+}
+
+const (
+	recordedQuery = "recorded"
+	recordSignal  = "paid"
+)
+
+// recorderWorkflow is a user's workflow as the docs write it: the
+// envelope that started it (zero when signal-with-start started it), then
+// every "paid" signal, repeats dropped with destination.Dedup.
+func recorderWorkflow(ctx workflow.Context, first destination.Envelope) error {
+	var (
+		r    recorded
+		seen destination.Dedup
+	)
+	if first.EventID != "" && seen.First(first) {
+		r.Got = append(r.Got, first)
+	}
+	if err := workflow.SetQueryHandler(ctx, recordedQuery, func() (recorded, error) { return r, nil }); err != nil {
+		return err
+	}
+	ch := workflow.GetSignalChannel(ctx, recordSignal)
+	for {
+		var ev destination.Envelope
+		ch.Receive(ctx, &ev)
+		if !seen.First(ev) {
+			r.Dropped++
+			continue
+		}
+		r.Got = append(r.Got, ev)
+	}
+}
+
+// startUserWorker runs the user's worker on a task queue of its own, with
+// recorderWorkflow registered under each of names.
+func startUserWorker(t *testing.T, names ...string) string {
+	t.Helper()
+	tq := testenv.Name("user-tq")
+	w := sdkworker.New(tclient, tq, sdkworker.Options{})
+	for _, n := range names {
+		w.RegisterWorkflowWithOptions(recorderWorkflow, workflow.RegisterOptions{Name: n})
+	}
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	return tq
+}
+
+// recordedBy queries a recorder workflow; ok is false while it is not
+// there or not answering yet.
+func recordedBy(t *testing.T, workflowID string) (recorded, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := tclient.QueryWorkflow(ctx, workflowID, "", recordedQuery)
+	if err != nil {
+		return recorded{}, false
+	}
+	var r recorded
+	require.NoError(t, v.Get(&r))
+	return r, true
+}
+
+func waitRecorded(t *testing.T, workflowID string, n int) recorded {
+	t.Helper()
+	var r recorded
+	waitFor(t, time.Minute, fmt.Sprintf("%s to take in %d envelopes", workflowID, n), func() bool {
+		var ok bool
+		r, ok = recordedBy(t, workflowID)
+		return ok && len(r.Got) >= n
+	})
+	return r
+}
+
+func versions(envs []destination.Envelope) []int64 {
+	var out []int64
+	for _, e := range envs {
+		out = append(out, e.AggregateVersion)
+	}
+	return out
+}
+
+// An order's events start one workflow and signal it, in version order,
+// beside the broker; an event type with broker=false reaches only its
+// workflow, which signal-with-start started under an ID from the payload.
+func TestWorkflowDestinationsStartAndSignal(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tq := startUserWorker(t, "E2EFulfilment", "E2EAudit")
+	e.startFerry(t, ferryOpts{destinations: []string{
+		fmt.Sprintf("%s.created=start:fulfil,type=E2EFulfilment,queue=%s,id=fulfil-{aggregate_id}", e.aggType, tq),
+		fmt.Sprintf("%s.paid=signal:fulfil,id=fulfil-{aggregate_id}", e.aggType),
+		fmt.Sprintf("%s.noted=signal-with-start:audit,type=E2EAudit,queue=%s,id=audit-{aggregate_id}-{payload.order},signal=paid,broker=false", e.aggType, tq),
+	}})
+	ctx := context.Background()
+	var ids []string
+	for _, typ := range []string{"created", "paid", "paid", "noted"} {
+		id, err := e.commitType(ctx, "A", typ, false)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+
+	r := waitRecorded(t, "fulfil-A", 3)
+	require.Equal(t, []int64{1, 2, 3}, versions(r.Got), "the start's input first, then the signals in version order")
+	require.Zero(t, r.Dropped)
+	first := r.Got[0]
+	require.Equal(t, destination.EnvelopeVersion, first.EnvelopeVersion)
+	require.Equal(t, "fulfil", first.Destination)
+	require.Equal(t, ids[0], first.EventID)
+	require.Equal(t, "created", first.EventType)
+	require.Equal(t, e.aggType, first.AggregateType)
+	require.Equal(t, "A", first.AggregateID)
+	require.Equal(t, 1, first.SchemaVersion)
+	require.JSONEq(t, fmt.Sprintf(`{"order":%q}`, ids[0]), string(first.Payload))
+	require.False(t, first.CreatedAt.IsZero())
+	require.Equal(t, []string{ids[1], ids[2]}, []string{r.Got[1].EventID, r.Got[2].EventID})
+
+	audit := waitRecorded(t, "audit-A-"+ids[3], 1)
+	require.Equal(t, []int64{4}, versions(audit.Got), "signal-with-start started it without input, then signalled v4")
+	require.Equal(t, "audit", audit.Got[0].Destination)
+
+	for _, id := range ids {
+		waitFor(t, time.Minute, "event "+id+" published", func() bool {
+			return e.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND status = 'published'`, id) == 1
+		})
+	}
+	msgs := e.br.Collect(t, 3, time.Minute)
+	require.Equal(t, ids[:3], []string{msgs[0].MessageId, msgs[1].MessageId, msgs[2].MessageId}, "created and paid also went to the broker, in order")
+	if extra, ok := e.br.Get(t, time.Second); ok {
+		t.Fatalf("the broker got %s (%s), but noted skips the broker", extra.MessageId, extra.Type)
+	}
+	require.Len(t, runsOf(t, "fulfil-A"), 1)
+}
+
+// A repeat of a delivery changes nothing in Temporal: a start finds its
+// workflow, and a signal with the same request id is dropped by the
+// server; a repeat that comes another way (here under another destination
+// name, so with another request id) is dropped by Dedup in the workflow.
+func TestWorkflowDestinationRepeatsAreNoOps(t *testing.T) {
+	t.Parallel()
+	tq := startUserWorker(t, "E2ERecorder")
+	aggType := testenv.Name("order")
+	dests, err := destination.ParseAll([]string{
+		fmt.Sprintf("%s.created=start:rec,type=E2ERecorder,queue=%s,id=rec-{aggregate_id}", aggType, tq),
+		fmt.Sprintf("%s.paid=signal:rec,id=rec-{aggregate_id}", aggType),
+		fmt.Sprintf("%s.paid=signal:again,id=rec-{aggregate_id}", aggType),
+	})
+	require.NoError(t, err)
+	router, err := destination.NewRouter(dests)
+	require.NoError(t, err)
+	sender, err := destination.NewSender(destination.SenderConfig{Temporal: tclient, Namespace: namespace})
+	require.NoError(t, err)
+	ctx := context.Background()
+	env := func(typ string, v int64) destination.Envelope {
+		return destination.Envelope{EventID: fmt.Sprintf("0190e0e0-0000-7000-8000-%012d", v), EventType: typ,
+			AggregateType: aggType, AggregateID: "R", AggregateVersion: v, SchemaVersion: 1, Payload: json.RawMessage(`{}`)}
+	}
+	starts, _ := router.For(aggType, "created")
+	signals, _ := router.For(aggType, "paid")
+
+	out, err := sender.Deliver(ctx, starts[0], env("created", 1))
+	require.NoError(t, err)
+	require.Equal(t, destination.Delivered, out)
+	out, err = sender.Deliver(ctx, starts[0], env("created", 1))
+	require.NoError(t, err)
+	require.Equal(t, destination.Delivered, out, "a repeat of the same start gets the first one's answer")
+	other := env("created", 1)
+	other.EventID = "0190e0e0-0000-7000-8000-999999999999"
+	out, err = sender.Deliver(ctx, starts[0], other)
+	require.NoError(t, err)
+	require.Equal(t, destination.Existed, out, "another event's start finds the workflow running")
+
+	for range 3 {
+		out, err = sender.Deliver(ctx, signals[0], env("paid", 2))
+		require.NoError(t, err)
+		require.Equal(t, destination.Delivered, out)
+	}
+	_, err = sender.Deliver(ctx, signals[1], env("paid", 2))
+	require.NoError(t, err)
+	_, err = sender.Deliver(ctx, signals[0], env("paid", 3))
+	require.NoError(t, err)
+
+	var r recorded
+	waitFor(t, time.Minute, "v3 recorded", func() bool {
+		var ok bool
+		r, ok = recordedBy(t, "rec-R")
+		return ok && len(r.Got) == 3
+	})
+	require.Equal(t, []int64{1, 2, 3}, versions(r.Got))
+	require.Equal(t, 1, r.Dropped, "the server dropped two repeats of the signal (same request id); Dedup the one under another name")
+	require.Len(t, runsOf(t, "rec-R"), 1)
+
+	// The server's answer to the workflow's history: one signal per
+	// distinct request id.
+	signalled := 0
+	iter := tclient.GetWorkflowHistory(ctx, "rec-R", "", false, 0)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if ev.GetWorkflowExecutionSignaledEventAttributes() != nil {
+			signalled++
+		}
+	}
+	require.Equal(t, 3, signalled)
+}
+
+// A destination's failures are the publish path's: a signal to a
+// workflow that is not running is retried (the row says why), quarantined
+// when the policy's attempts run out, and delivered by `ferry repair
+// retry` once the workflow runs; an event that does not fit its route's
+// workflow ID template is quarantined at once, naming the field.
+func TestWorkflowDestinationFailuresQuarantineAndRepair(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tq := startUserWorker(t, "E2EFulfilment")
+	e.startFerry(t, ferryOpts{
+		policies: map[string]workflows.EventPolicy{"*": {MaxAttempts: 2}},
+		destinations: []string{
+			fmt.Sprintf("%s.paid=signal:fulfil,id=fulfil-{aggregate_id}", e.aggType),
+			fmt.Sprintf("%s.bad=start:fulfil,type=E2EFulfilment,queue=%s,id=fulfil-{payload.customer}", e.aggType, tq),
+		},
+	})
+	pe := &poisonEnv{env: e}
+	ctx := context.Background()
+
+	paid := pe.mustCommit(t, "P", "paid")
+	pe.waitStatus(t, paid, "quarantined")
+	_, lastErr := pe.status(t, paid)
+	require.Contains(t, lastErr, `workflow "fulfil-P": no such running workflow`)
+	wf := workflows.WorkflowID(e.aggType, "P")
+	waitBlocked(t, wf, paid)
+	blocked := blockedIDs(t, fmt.Sprintf(" AND WorkflowId = '%s'", wf))
+	require.Equal(t, []string{wf}, blocked, "the block shows in the UI's dead-letter view")
+
+	// The operator starts the workflow, then retries: delivered, audited.
+	_, err := tclient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "fulfil-P", TaskQueue: tq}, "E2EFulfilment", destination.Envelope{})
+	require.NoError(t, err)
+	_, err = repair(t, wf, workflows.RepairRequest{RequestID: "dest-retry-1", Action: "retry", EventID: paid, Actor: "ops", Reason: "fulfilment started"})
+	require.NoError(t, err)
+	pe.waitStatus(t, paid, "published")
+	r := waitRecorded(t, "fulfil-P", 1)
+	require.Equal(t, paid, r.Got[0].EventID)
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM ferry_repairs WHERE request_id = 'dest-retry-1' AND action = 'retry'`))
+
+	bad := pe.mustCommit(t, "Q", "bad")
+	pe.waitStatus(t, bad, "quarantined")
+	_, lastErr = pe.status(t, bad)
+	require.Contains(t, lastErr, `{payload.customer}: the payload has no field "customer"`)
+	waitFor(t, 30*time.Second, "Q blocked as BadDestination (non-retryable: not retried)", func() bool {
+		v, err := tclient.QueryWorkflow(ctx, workflows.WorkflowID(e.aggType, "Q"), "", workflows.StateQuery)
+		if err != nil {
+			return false
+		}
+		var st workflows.State
+		return v.Get(&st) == nil && st.Blocked != nil && st.Blocked.ErrorClass == "BadDestination"
+	})
+}
+
+// Without RabbitMQ: events routed to workflows are delivered, an event
+// type with no destination is quarantined with a reason, and no broker is
+// touched (this test has none).
+func TestNoBrokerDeployment(t *testing.T) {
+	t.Parallel()
+	e := setupOn(t, testenv.Postgres(t), nil)
+	tq := startUserWorker(t, "E2EFulfilment")
+	e.startFerry(t, ferryOpts{noBroker: true, destinations: []string{
+		fmt.Sprintf("%s.created=start:fulfil,type=E2EFulfilment,queue=%s,id=fulfil-{aggregate_id}", e.aggType, tq),
+		fmt.Sprintf("%s.paid=signal:fulfil,id=fulfil-{aggregate_id}", e.aggType),
+	}})
+	pe := &poisonEnv{env: e}
+	created := pe.mustCommit(t, "N", "created")
+	paid := pe.mustCommit(t, "N", "paid")
+	r := waitRecorded(t, "fulfil-N", 2)
+	require.Equal(t, []string{created, paid}, []string{r.Got[0].EventID, r.Got[1].EventID})
+	pe.waitStatus(t, created, "published")
+	pe.waitStatus(t, paid, "published")
+
+	// One SQL statement from any language starts the workflow too (the
+	// docs' example).
+	_, err := e.db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 'S', 'created', '{"total": 42}')`, e.aggType)
+	require.NoError(t, err)
+	s := waitRecorded(t, "fulfil-S", 1)
+	require.JSONEq(t, `{"total": 42}`, string(s.Got[0].Payload))
+	require.Nil(t, s.Got[0].Headers)
+
+	// The producer's headers travel in the envelope.
+	_, err = e.db.Pool.Exec(context.Background(), `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+		VALUES ($1, 'H', 'created', '{}', '{"tenant": "acme", "Priority": "high"}')`, e.aggType)
+	require.NoError(t, err)
+	h := waitRecorded(t, "fulfil-H", 1)
+	require.Equal(t, map[string]string{"tenant": "acme", "Priority": "high"}, h.Got[0].Headers)
+
+	other := pe.mustCommit(t, "M", "shipped")
+	pe.waitStatus(t, other, "quarantined")
+	_, lastErr := pe.status(t, other)
+	require.Contains(t, lastErr, "has no workflow destination and this worker publishes to no broker")
+}
