@@ -146,7 +146,7 @@ func TestRoutes(t *testing.T) {
 	require.Equal(t, destination.Signal, signal[0].Action)
 	require.Equal(t, fulfilment.SignalPaid, signal[0].Signal)
 	for _, rt := range append(start, signal...) {
-		id, err := rt.WorkflowID(destination.Envelope{AggregateType: "order", AggregateID: "o-17"})
+		id, err := rt.RenderID(destination.Envelope{AggregateType: "order", AggregateID: "o-17"})
 		require.NoError(t, err)
 		require.Equal(t, fulfilment.WorkflowID("o-17"), id)
 	}
