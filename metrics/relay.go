@@ -57,7 +57,7 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 		}, []string{"how"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_destination_deliveries_total",
-			Help: "Deliveries to workflow destinations, by destination and outcome: delivered (started or signalled), existed (a start found its workflow there: a repeat), failed (retried, or quarantines the event).",
+			Help: "Deliveries to workflow destinations, by destination and outcome: delivered (started or signalled), existed (a start found its workflow there), repeated (a signal its closed workflow had taken), failed (retried, or quarantines the event).",
 		}, []string{"destination", "outcome"}),
 	}
 	if err := register(reg, r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches, r.deliveries); err != nil {

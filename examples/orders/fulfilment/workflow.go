@@ -31,15 +31,6 @@ const (
 	StatusFulfilling = "fulfilling" // the order's row says fulfilling
 )
 
-// RepeatWindow is how long a run stays open after the order is
-// fulfilling. Ferry may send order.paid again after a crash between
-// Temporal accepting the signal and the outbox row being marked published;
-// a repeat that reaches this run is dropped (by the server, which knows the
-// signal's request id, or else by Dedup). A repeat that found the run
-// closed would be a failed delivery instead, retried and then quarantined,
-// so the run outlives any plausible retry of the publish.
-const RepeatWindow = time.Hour
-
 // WorkflowID is the ID of an order's fulfilment, the one Routes gives it.
 func WorkflowID(orderID string) string { return "fulfilment-" + orderID }
 
@@ -83,7 +74,9 @@ var activityOptions = workflow.ActivityOptions{
 // Workflow is an order's fulfilment. Its input is the envelope of the
 // order.created event that started it (Ferry's start destination); it
 // waits for order.paid on SignalPaid, marks the order fulfilling, and
-// completes after RepeatWindow.
+// completes. A repeat of order.paid that Ferry sends after it completed (a
+// crash between Temporal taking the signal and Ferry's mark) finds the
+// signal in this run's history and is done (package destination).
 func Workflow(ctx workflow.Context, created destination.Envelope) (State, error) {
 	st := State{OrderID: created.AggregateID}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (State, error) { return st, nil }); err != nil {
@@ -123,19 +116,8 @@ func Workflow(ctx workflow.Context, created destination.Envelope) (State, error)
 	}
 	st.Status = StatusFulfilling
 
-	// Stay open for repeats (RepeatWindow), then drain what arrived with
-	// the timer, so that completing drops no signal unread.
-	timer := workflow.NewTimer(ctx, RepeatWindow)
-	for done := false; !done; {
-		sel := workflow.NewSelector(ctx)
-		sel.AddFuture(timer, func(workflow.Future) { done = true })
-		sel.AddReceive(paid, func(c workflow.ReceiveChannel, _ bool) {
-			var ev destination.Envelope
-			c.Receive(ctx, &ev)
-			receive(ev)
-		})
-		sel.Select(ctx)
-	}
+	// Read what arrived meanwhile, so that completing leaves no signal
+	// unread.
 	for {
 		var ev destination.Envelope
 		if !paid.ReceiveAsync(&ev) {
