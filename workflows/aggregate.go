@@ -257,7 +257,10 @@ func (s *aggregateState) publishReady(ctx workflow.Context, signals workflow.Rec
 // completes only when nothing is and no repair handler is still running.
 // A signal that arrives while the completing workflow task runs makes the
 // server reject the completion and hand the signal to a new task, so none
-// is lost.
+// is lost. (The worker's SDK counts that refusal in
+// temporal_request_failure{operation="RespondWorkflowTaskCompleted",
+// status_code="INVALID_ARGUMENT"}; the new task repeats the failed one's
+// local activities. See docs/operating.md.)
 //
 // (A run an operator repaired idles like any other, so a repeated request
 // is answered and its state stays queryable while the operator checks the
