@@ -114,6 +114,7 @@ lint: $(TOOLS)/workflowcheck vet ## gofmt, go mod tidy and go vet (every module)
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "go.mod/go.sum of $$m are not tidy: cd $$m && go mod tidy"; exit 1; }; done
 	$(TOOLS)/workflowcheck ./workflows/... ./effects/...
+	cd examples/orders && $(abspath $(TOOLS))/workflowcheck ./fulfilment/...
 
 # go vet in every module, the failpoints build of the packages that have
 # crash points, and the dev module with the faults and failpoints tags (the

@@ -135,7 +135,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
 		}
 		for _, it := range marked {
-			a.metrics.Published(it.row.AggregateType, it.row.CreatedAt)
+			a.metrics.Published(it.row.AggregateType, it.row.DueAt)
 		}
 	}
 	if done == 0 {

@@ -177,7 +177,7 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 		a.metrics.PublishFailed("MarkPublished")
 		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}
-	a.metrics.Published(ev.AggregateType, ev.CreatedAt)
+	a.metrics.Published(ev.AggregateType, ev.DueAt)
 	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
 	return workflows.PublishResult{Effects: effects}, nil
 }

@@ -60,7 +60,17 @@ const (
 	// was done. (A repeat of the very request that started it gets that
 	// request's answer, Delivered, and starts nothing either.)
 	Existed Outcome = "existed"
+	// Repeated: a signal found its workflow closed, and a run the last
+	// one continued as new from had recorded this very signal: a repeat of
+	// a delivery that had succeeded. Nothing was done. (A repeat to a
+	// closed run that took it is answered by the server itself: Delivered.)
+	Repeated Outcome = "repeated"
 )
+
+// maxRunsLooked bounds how many runs of a closed workflow (the last, then
+// the ones it continued as new from) a signal that found it closed looks
+// through for its own request id.
+const maxRunsLooked = 10
 
 // Deliver sends ev to the route's workflow. The workflow API is called
 // directly, not through the SDK's client methods, so that the request id
@@ -115,6 +125,15 @@ func (s *Sender) Deliver(ctx context.Context, rt Route, ev Envelope) (Outcome, e
 			Identity:          s.identity,
 			RequestId:         requestID,
 		})
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			// Took this signal, then continued as new, and the last run
+			// closed? (A closed run that took it answers a repeat as
+			// done by itself.) Then this is a repeat, not a failure.
+			if seen, lookErr := s.signalledBefore(ctx, id, requestID); lookErr == nil && seen {
+				return Repeated, nil
+			}
+		}
 	case SignalWithStart:
 		_, err = s.svc.SignalWithStartWorkflowExecution(ctx, &workflowservice.SignalWithStartWorkflowExecutionRequest{
 			Namespace:    s.namespace,
@@ -138,6 +157,44 @@ func (s *Sender) Deliver(ctx context.Context, rt Route, ev Envelope) (Outcome, e
 		return "", classify(rt, id, err)
 	}
 	return Delivered, nil
+}
+
+// signalledBefore reports whether the last run of workflow id, or one of
+// the runs it continued as new from (up to maxRunsLooked), recorded a
+// signal with requestID. The server records the request id of every
+// signal in its history event.
+func (s *Sender) signalledBefore(ctx context.Context, id, requestID string) (bool, error) {
+	runID := "" // the last run
+	for range maxRunsLooked {
+		var (
+			token []byte
+			prev  string
+		)
+		for {
+			resp, err := s.svc.GetWorkflowExecutionHistory(ctx, &workflowservice.GetWorkflowExecutionHistoryRequest{
+				Namespace: s.namespace, Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID}, NextPageToken: token,
+			})
+			if err != nil {
+				return false, err
+			}
+			for _, ev := range resp.GetHistory().GetEvents() {
+				if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
+					prev = a.GetContinuedExecutionRunId()
+				}
+				if a := ev.GetWorkflowExecutionSignaledEventAttributes(); a != nil && a.GetRequestId() == requestID {
+					return true, nil
+				}
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				break
+			}
+		}
+		if prev == "" {
+			return false, nil
+		}
+		runID = prev
+	}
+	return false, nil
 }
 
 // memo marks a workflow Ferry started with the event that started it.
@@ -165,7 +222,7 @@ func classify(rt Route, id string, err error) error {
 	case errors.As(err, &nsNotFound):
 		return fmt.Errorf("destination %s: %s workflow %q: %w", rt.Name, rt.Action, id, err)
 	case errors.As(err, &notFound) && rt.Action == Signal:
-		return fmt.Errorf("destination %s: signal %q to workflow %q: no such running workflow (not started yet, or closed): %w", rt.Name, rt.Signal, id, err)
+		return fmt.Errorf("destination %s: signal %q to workflow %q: no such running workflow (not started yet, or closed before it took this event): %w", rt.Name, rt.Signal, id, err)
 	case errors.As(err, &invalid):
 		return fmt.Errorf("%w: destination %s: %s workflow %q: Temporal refused the request: %v", ErrPermanent, rt.Name, rt.Action, id, err)
 	}

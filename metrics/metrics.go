@@ -85,6 +85,7 @@ type outboxCollector struct {
 	pool    *pgxpool.Pool
 	events  *prometheus.Desc
 	age     *prometheus.Desc
+	nextDue *prometheus.Desc
 	errDesc *prometheus.Desc
 	size    *prometheus.Desc
 }
@@ -92,14 +93,18 @@ type outboxCollector struct {
 // NewOutboxCollector returns a collector of
 // ferry_outbox_events{aggregate_type,status} and
 // ferry_outbox_oldest_age_seconds{aggregate_type,status} over rows that are
-// not yet delivered (pending, dispatched, quarantined; skipped rows were
-// given up on purpose and are not a backlog).
+// not yet delivered (pending, delayed, dispatched, quarantined; skipped
+// rows were given up on purpose and are not a backlog). Delayed rows wait
+// for their deliver_after: they are counted apart from pending ones, have
+// no age (they are not late), and ferry_outbox_next_due_seconds says when
+// the first of them becomes deliverable.
 func NewOutboxCollector(pool *pgxpool.Pool) prometheus.Collector {
 	labels := []string{"aggregate_type", "status"}
 	return &outboxCollector{
 		pool:    pool,
-		events:  prometheus.NewDesc("ferry_outbox_events", "Outbox rows not yet delivered (pending, dispatched, quarantined), by aggregate type and status.", labels, nil),
-		age:     prometheus.NewDesc("ferry_outbox_oldest_age_seconds", "Age of the oldest row not yet delivered, by aggregate type and status.", labels, nil),
+		events:  prometheus.NewDesc("ferry_outbox_events", "Outbox rows not yet delivered (pending, delayed: waiting for their deliver_after, dispatched, quarantined), by aggregate type and status.", labels, nil),
+		age:     prometheus.NewDesc("ferry_outbox_oldest_age_seconds", "How long the oldest row not yet delivered has been deliverable (since created_at, or deliver_after when later), by aggregate type and status; none for delayed rows.", labels, nil),
+		nextDue: prometheus.NewDesc("ferry_outbox_next_due_seconds", "Time until the first delayed row of the aggregate type becomes deliverable.", []string{"aggregate_type"}, nil),
 		errDesc: prometheus.NewDesc("ferry_outbox_scrape_error", "1 when reading the outbox for this scrape failed.", nil, nil),
 		size:    prometheus.NewDesc("ferry_outbox_table_bytes", "Size of outbox_events with its indexes and TOAST (retention keeps it bounded).", nil, nil),
 	}
@@ -108,6 +113,7 @@ func NewOutboxCollector(pool *pgxpool.Pool) prometheus.Collector {
 func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.age
+	ch <- c.nextDue
 	ch <- c.errDesc
 	ch <- c.size
 }
@@ -119,6 +125,10 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	backlog, err := outbox.ReadBacklog(ctx, c.pool)
 	for _, b := range backlog {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(b.Count), b.AggregateType, b.Status)
+		if b.Status == "delayed" {
+			ch <- prometheus.MustNewConstMetric(c.nextDue, prometheus.GaugeValue, b.NextDue.Seconds(), b.AggregateType)
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, b.OldestAge.Seconds(), b.AggregateType, b.Status)
 	}
 	var size int64

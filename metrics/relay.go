@@ -48,7 +48,7 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 		}, []string{"error_class"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferry_commit_to_published_seconds",
-			Help:    "From the outbox row's created_at (the producer's transaction) to the broker's confirm.",
+			Help:    "From the outbox row's created_at (the producer's transaction), or its deliver_after when later (a delayed event), to the broker's confirm.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}),
 		dispatches: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -57,7 +57,7 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 		}, []string{"how"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_destination_deliveries_total",
-			Help: "Deliveries to workflow destinations, by destination and outcome: delivered (started or signalled), existed (a start found its workflow there: a repeat), failed (retried, or quarantines the event).",
+			Help: "Deliveries to workflow destinations, by destination and outcome: delivered (started or signalled), existed (a start found its workflow there), repeated (a signal its closed workflow had taken), failed (retried, or quarantines the event).",
 		}, []string{"destination", "outcome"}),
 	}
 	if err := register(reg, r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches, r.deliveries); err != nil {
@@ -76,13 +76,14 @@ func (r *Relay) Batch(claimed, failedAggregates int, took time.Duration) {
 	r.batchDuration.Observe(took.Seconds())
 }
 
-// Published records one confirmed event committed at createdAt.
-func (r *Relay) Published(aggregateType string, createdAt time.Time) {
+// Published records one confirmed event that became deliverable at dueAt
+// (its commit, or its deliver_after when later).
+func (r *Relay) Published(aggregateType string, dueAt time.Time) {
 	if r == nil {
 		return
 	}
 	r.published.WithLabelValues(aggregateType).Inc()
-	r.latency.Observe(time.Since(createdAt).Seconds())
+	r.latency.Observe(time.Since(dueAt).Seconds())
 }
 
 // PublishFailed records one failed publish attempt.

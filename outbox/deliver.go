@@ -40,8 +40,11 @@ type PublishRow struct {
 	// TraceParent and TraceState are empty when the row has none.
 	TraceParent, TraceState string
 	CreatedAt               time.Time
-	Status                  string
-	Payload                 []byte
+	// DueAt is when the row became deliverable: CreatedAt, or its
+	// deliver_after when later (a delayed event). Latency counts from it.
+	DueAt   time.Time
+	Status  string
+	Payload []byte
 	// Headers are the producer's (Event.Headers); nil when the row has
 	// none.
 	Headers map[string]string
@@ -50,7 +53,7 @@ type PublishRow struct {
 // fields are scan targets for publishColumns.
 func (ev *PublishRow) fields() []any {
 	return []any{&ev.AggregateType, &ev.AggregateID, &ev.Version, &ev.EventType,
-		&ev.SchemaVersion, &ev.Payload, &ev.TraceParent, &ev.TraceState, &ev.CreatedAt, &ev.Status, headersScanner{&ev.Headers}}
+		&ev.SchemaVersion, &ev.Payload, &ev.TraceParent, &ev.TraceState, &ev.CreatedAt, &ev.Status, headersScanner{&ev.Headers}, &ev.DueAt}
 }
 
 // headersScanner scans the headers column into a PublishRow
@@ -74,7 +77,8 @@ func (s headersScanner) Scan(src any) error {
 // publishColumns are what a publish reads of an outbox row, in the order of
 // PublishRow.fields. headers is read as text: headersScanner decodes it.
 const publishColumns = `aggregate_type, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status, headers::text`
+       payload, coalesce(trace_parent, ''), coalesce(trace_state, ''), created_at, status, headers::text,
+       greatest(created_at, deliver_after)`
 
 // sqlLoadForPublish reads one row by primary key.
 const sqlLoadForPublish = `SELECT ` + publishColumns + ` FROM outbox_events WHERE id = $1`

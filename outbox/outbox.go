@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -58,6 +60,12 @@ type Event struct {
 	// valid UTF-8 without NUL, names and values together at most
 	// MaxHeadersBytes. Never put secrets here: headers are not redacted.
 	Headers map[string]string
+	// DeliverAfter asks for the event not to be delivered before this time,
+	// as the database's clock tells it. Zero, or a time already past, means
+	// at once. The aggregate's later events wait for it too: each is
+	// delivered after this one, in version order. At most Config.MaxDelay
+	// ahead of this process's clock.
+	DeliverAfter time.Time
 }
 
 // Written is what Write reports for each stored event.
@@ -74,7 +82,15 @@ type Config struct {
 	MaxPayloadBytes int
 	// MaxBatch is the most events one WriteBatch call takes. Default 1000.
 	MaxBatch int
+	// MaxDelay is how far ahead of now Event.DeliverAfter may be. A delayed
+	// event holds every later event of its aggregate, so a time years
+	// ahead (a unit mistake) would stop the aggregate for as long. Default
+	// DefaultMaxDelay (30 days).
+	MaxDelay time.Duration
 }
+
+// DefaultMaxDelay is Config.MaxDelay's default.
+const DefaultMaxDelay = 30 * 24 * time.Hour
 
 // Writer writes outbox events. It is safe for concurrent use and holds no
 // connection.
@@ -100,11 +116,15 @@ var (
 func NewWriter(cfg Config) (*Writer, error) {
 	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, 1000)
+	cfg.MaxDelay = cmp.Or(cfg.MaxDelay, DefaultMaxDelay)
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > 16<<20 {
 		return nil, fmt.Errorf("outbox: Config.MaxPayloadBytes %d: must be between 1 and %d (RabbitMQ's default limit)", cfg.MaxPayloadBytes, 16<<20)
 	}
 	if cfg.MaxBatch < 0 {
 		return nil, fmt.Errorf("outbox: Config.MaxBatch %d: must be positive", cfg.MaxBatch)
+	}
+	if cfg.MaxDelay < 0 {
+		return nil, fmt.Errorf("outbox: Config.MaxDelay %s: must be positive", cfg.MaxDelay)
 	}
 	return &Writer{cfg: cfg, propagator: propagation.TraceContext{}}, nil
 }
@@ -146,6 +166,9 @@ func (w *Writer) Validate(ev Event) error {
 		return bad("AggregateVersion", "%d: must be 0 (assign) or at least 1", ev.AggregateVersion)
 	case ev.SchemaVersion < 0 || ev.SchemaVersion > math.MaxInt32:
 		return bad("SchemaVersion", "%d: must be between 1 and %d (0 means 1)", ev.SchemaVersion, math.MaxInt32)
+	case ev.DeliverAfter.After(time.Now().Add(w.cfg.MaxDelay)):
+		return bad("DeliverAfter", "%s is more than %s ahead (Config.MaxDelay): every later event of the aggregate would wait as long",
+			ev.DeliverAfter.Format(time.RFC3339), w.cfg.MaxDelay)
 	}
 	if err := ValidateHeaders(ev.Headers); err != nil {
 		return err
@@ -214,13 +237,15 @@ func hasNULEscape(doc []byte) bool {
 // sqlInsert inserts the whole batch in one round trip. A NULL version is
 // filled by the outbox_assign_version trigger, row by row in input order
 // (WITH ORDINALITY keeps that order), so a batch for one aggregate gets
-// consecutive versions.
+// consecutive versions. The trigger also turns deliver_after into the
+// row's next_attempt_at, and holds the aggregate's later versions behind it
+// (migration 0009).
 const sqlInsert = `
 INSERT INTO outbox_events
-    (id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, trace_parent, trace_state)
-SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type, e.schema_version, e.payload, e.headers, $9, $10
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
-     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, n)
+    (id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, deliver_after, trace_parent, trace_state)
+SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type, e.schema_version, e.payload, e.headers, e.deliver_after, $10, $11
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])
+     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, aggregate_version, event_type, schema_version, payload, headers, deliver_after, n)
 ORDER BY e.n
 RETURNING id, aggregate_version`
 
@@ -243,6 +268,7 @@ func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Wri
 		schemas  = make([]int32, len(events))
 		payloads = make([]string, len(events))
 		headers  = make([]*string, len(events))
+		after    = make([]pgtype.Timestamptz, len(events))
 		seen     = make(map[uuid.UUID]bool, len(events))
 	)
 	for i, ev := range events {
@@ -275,11 +301,17 @@ func (w *Writer) WriteBatch(ctx context.Context, tx DBTX, events []Event) ([]Wri
 			return nil, err
 		}
 		headers[i] = h
+		// NULL unless the time may be ahead of the database's clock: a
+		// long-past time means "at once" just the same, and stays clear of
+		// PostgreSQL's range of timestamps.
+		if ev.DeliverAfter.After(epoch) {
+			after[i] = pgtype.Timestamptz{Time: ev.DeliverAfter, Valid: true}
+		}
 	}
 	carrier := propagation.MapCarrier{}
 	w.propagator.Inject(ctx, carrier)
 
-	rows, err := tx.Query(ctx, sqlInsert, ids, aggTypes, aggIDs, versions, types, schemas, payloads, headers,
+	rows, err := tx.Query(ctx, sqlInsert, ids, aggTypes, aggIDs, versions, types, schemas, payloads, headers, after,
 		nullIfEmpty(carrier.Get("traceparent")), nullIfEmpty(carrier.Get("tracestate")))
 	if err != nil {
 		return nil, translate(err)
@@ -345,7 +377,11 @@ var checkedField = map[string]string{
 	"outbox_events_event_type_check":        "EventType",
 	"outbox_events_schema_version_check":    "SchemaVersion",
 	"outbox_events_headers_valid":           "Headers",
+	"outbox_events_deliver_after_finite":    "DeliverAfter",
 }
+
+// epoch: DeliverAfter at or before it is sent as NULL (at once).
+var epoch = time.Unix(0, 0)
 
 func nullIfEmpty(s string) *string {
 	if s == "" {

@@ -26,39 +26,55 @@ type Queryer interface {
 var ErrEventNotFound = errors.New("event not in outbox_events")
 
 // sqlUndelivered is a subquery of the rows not yet delivered: pending,
-// dispatched and quarantined (published and skipped rows are delivered or
-// given up). It yields aggregate_type, status and created_at, each status
-// read through its own partial index (0001, 0002, 0006), so its cost follows
-// the rows in flight, not the table, which holds every delivered row for
-// the retention period.
+// delayed (pending rows whose deliver_after is still ahead: not late, only
+// waiting), dispatched and quarantined (published and skipped rows are
+// delivered or given up). It yields aggregate_type, status and due, when
+// the row became deliverable (created_at, or deliver_after when later),
+// each status read through its own partial index (0001, 0002, 0006), so its
+// cost follows the rows in flight, not the table, which holds every
+// delivered row for the retention period.
 const sqlUndelivered = `
-SELECT aggregate_type, status, created_at FROM outbox_events WHERE status = 'pending'
+SELECT aggregate_type, CASE WHEN deliver_after > now() THEN 'delayed' ELSE status END AS status,
+       greatest(created_at, deliver_after) AS due
+FROM outbox_events WHERE status = 'pending'
 UNION ALL
-SELECT aggregate_type, status, created_at FROM outbox_events WHERE status = 'dispatched'
+SELECT aggregate_type, status, greatest(created_at, deliver_after) FROM outbox_events WHERE status = 'dispatched'
 UNION ALL
-SELECT aggregate_type, status, created_at FROM outbox_events WHERE status = 'quarantined'`
+SELECT aggregate_type, status, greatest(created_at, deliver_after) FROM outbox_events WHERE status = 'quarantined'`
 
 // sqlBacklog groups the small undelivered part of the table through its
-// partial indexes; delivered rows, the bulk, are never read.
+// partial indexes; delivered rows, the bulk, are never read. Ages count
+// from due, so a delayed event is not late before its time; a delayed
+// group has no age, only the time until its first row is due.
 const sqlBacklog = `
-SELECT aggregate_type, status, count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
+SELECT aggregate_type, status, count(*),
+       CASE WHEN status = 'delayed' THEN 0 ELSE coalesce(extract(epoch FROM now() - min(due)), 0) END,
+       CASE WHEN status = 'delayed' THEN extract(epoch FROM min(due) - now()) ELSE 0 END
 FROM (` + sqlUndelivered + `) u
 GROUP BY aggregate_type, status ORDER BY aggregate_type, status`
 
 // Backlog is the undelivered rows of one aggregate type in one status.
 type Backlog struct {
 	AggregateType string
-	// Status is pending, dispatched or quarantined.
+	// Status is pending, delayed, dispatched or quarantined. Delayed rows
+	// are pending rows waiting for their deliver_after (their own, or the
+	// one an earlier version of their aggregate waits for): the claim does
+	// not take them before, and they are not counted as pending.
 	Status string
 	Count  int64
-	// OldestAge is the age of the oldest row's created_at.
+	// OldestAge is how long the oldest row has been deliverable: since its
+	// created_at, or its deliver_after when later. Zero for delayed rows.
 	OldestAge time.Duration
+	// NextDue, for delayed rows only, is how long until the first of them
+	// becomes deliverable.
+	NextDue time.Duration
 }
 
-// ReadBacklog counts the rows not yet delivered (pending, dispatched,
-// quarantined; skipped rows were given up on purpose and are not a backlog)
-// by aggregate type and status, ordered by both. It reads only through the
-// statuses' partial indexes, so it is cheap enough for every scrape.
+// ReadBacklog counts the rows not yet delivered (pending, delayed,
+// dispatched, quarantined; skipped rows were given up on purpose and are
+// not a backlog) by aggregate type and status, ordered by both. It reads
+// only through the statuses' partial indexes, so it is cheap enough for
+// every scrape.
 func ReadBacklog(ctx context.Context, db Queryer) ([]Backlog, error) {
 	rows, err := db.Query(ctx, sqlBacklog)
 	if err != nil {
@@ -66,9 +82,10 @@ func ReadBacklog(ctx context.Context, db Queryer) ([]Backlog, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Backlog, error) {
 		var b Backlog
-		var age float64
-		err := r.Scan(&b.AggregateType, &b.Status, &b.Count, &age)
+		var age, due float64
+		err := r.Scan(&b.AggregateType, &b.Status, &b.Count, &age, &due)
 		b.OldestAge = time.Duration(age * float64(time.Second))
+		b.NextDue = time.Duration(due * float64(time.Second))
 		return b, err
 	})
 	if err != nil {

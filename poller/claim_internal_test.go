@@ -59,3 +59,36 @@ func TestClaimExtensionIsBounded(t *testing.T) {
 	n, _ := p.RunOnce(context.Background())
 	require.Equal(t, 3+4*3, n)
 }
+
+// Delayed rows (deliver_after, migration 0009) stay out of the claim, and
+// so do the later versions held behind them: the extension that takes an
+// aggregate's later rows stops at a delayed one, so nothing overtakes it
+// and the workflow never sees a later version early.
+func TestClaimLeavesDelayedRowsAndThoseBehindThem(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	a1 := insertEvent(t, db.Pool, "order", "a", nil)
+	a2 := insertEvent(t, db.Pool, "order", "a", map[string]string{"deliver_after": "now() + interval '1 hour'"})
+	a3 := insertEvent(t, db.Pool, "order", "a", nil) // held behind a2
+	b1 := insertEvent(t, db.Pool, "order", "b", map[string]string{"deliver_after": "now() + interval '1 hour'"})
+	c1 := insertEvent(t, db.Pool, "order", "c", nil)
+
+	p := newPoller(t, db.Pool, Config{Name: "claimer", BatchSize: 1})
+	for range 3 {
+		_, _ = p.RunOnce(ctx) // the signals fail; only the claims matter
+	}
+	require.Equal(t, 1, attemptsOf(t, db.Pool, a1), "a1 is due")
+	require.Equal(t, 1, attemptsOf(t, db.Pool, c1), "another aggregate is not held")
+	for name, id := range map[string]string{"a2 (delayed)": a2, "a3 (behind a2)": a3, "b1 (delayed)": b1} {
+		require.Equal(t, 0, attemptsOf(t, db.Pool, id), "%s was claimed early", name)
+	}
+
+	// Due now (as if the hour had passed): a2 and a3 go in one claim.
+	_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET next_attempt_at = now() - interval '1 second' WHERE id = ANY($1::uuid[])`, []string{a2, a3})
+	require.NoError(t, err)
+	_, _ = p.RunOnce(ctx)
+	require.Equal(t, 1, attemptsOf(t, db.Pool, a2))
+	require.Equal(t, 1, attemptsOf(t, db.Pool, a3), "claimed with a2 (the extension)")
+	require.Equal(t, 0, attemptsOf(t, db.Pool, b1))
+}

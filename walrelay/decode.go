@@ -4,18 +4,42 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ferry-outbox/ferry/poller"
 )
 
-// txn is one committed transaction's outbox events, in insert order, and
-// the LSN just past its commit record: confirming it tells PostgreSQL the
-// transaction never needs to be sent again.
+// txn is one committed transaction's outbox events that are deliverable at
+// its commit, in insert order, and the LSN just past its commit record:
+// confirming it tells PostgreSQL the transaction never needs to be sent
+// again.
 type txn struct {
 	events []poller.Event
 	end    pglogrepl.LSN
+	// delayed counts the rows left out of events because their
+	// deliver_after (migration 0009) was ahead of the commit: they stay
+	// pending for the claim pass, which takes them when they are due.
+	delayed int
+	// unknown are the ids in events whose stream lacked deliver_after (a
+	// publication of its own without it, or WAL written before it was
+	// added): the relay looks their delay up before dispatching them.
+	unknown []string
+
+	rows []streamedRow // while open
+}
+
+// streamedRow is one decoded insert of an open transaction; whether it is
+// deliverable is known only at its COMMIT, whose time decides (the
+// database's clock, like the claim's now()).
+type streamedRow struct {
+	ev poller.Event
+	// after is deliver_after; zero when NULL.
+	after time.Time
+	// known: the stream carries deliver_after.
+	known bool
 }
 
 // relation is what a Relation message told about one table.
@@ -23,6 +47,10 @@ type relation struct {
 	outbox bool
 	cols   map[string]int // column name → position in a tuple
 }
+
+// delayColumn, when streamed, tells a delayed row from a deliverable one
+// without asking the database.
+const delayColumn = "deliver_after"
 
 // requiredColumns must be in the stream for an outbox insert to be
 // dispatched.
@@ -36,10 +64,13 @@ type decoder struct {
 	schema    string // the outbox's schema
 	relations map[uint32]relation
 	open      *txn
+	// timestamps parses deliver_after (a pgtype.Map is not safe for
+	// concurrent use: one per decoder, which one session owns).
+	timestamps *pgtype.Map
 }
 
 func newDecoder(schema string) *decoder {
-	return &decoder{schema: schema, relations: map[uint32]relation{}}
+	return &decoder{schema: schema, relations: map[uint32]relation{}, timestamps: pgtype.NewMap()}
 }
 
 // errProtocol marks a stream that broke pgoutput's rules; the relay
@@ -79,12 +110,12 @@ func (d *decoder) feed(msg pglogrepl.Message) (*txn, error) {
 		if !r.outbox {
 			return nil, nil
 		}
-		ev, relay, err := decodeInsert(r, m.Tuple)
+		row, relay, err := decodeInsert(r, m.Tuple, d.timestamps)
 		if err != nil {
 			return nil, err
 		}
 		if relay {
-			d.open.events = append(d.open.events, ev)
+			d.open.rows = append(d.open.rows, row)
 		}
 	case *pglogrepl.CommitMessage:
 		if d.open == nil {
@@ -92,6 +123,18 @@ func (d *decoder) feed(msg pglogrepl.Message) (*txn, error) {
 		}
 		t := d.open
 		t.end = m.TransactionEndLSN
+		for _, row := range t.rows {
+			switch {
+			case !row.known:
+				t.events = append(t.events, row.ev)
+				t.unknown = append(t.unknown, row.ev.ID)
+			case row.after.After(m.CommitTime):
+				t.delayed++
+			default:
+				t.events = append(t.events, row.ev)
+			}
+		}
+		t.rows = nil
 		d.open = nil
 		return t, nil
 	}
@@ -103,9 +146,36 @@ func (d *decoder) inTransaction() bool { return d.open != nil }
 
 // decodeInsert reads one outbox row from a tuple in pgoutput's text format.
 // relay is false for a row inserted as anything but pending.
-func decodeInsert(r relation, tuple *pglogrepl.TupleData) (ev poller.Event, relay bool, err error) {
+func decodeInsert(r relation, tuple *pglogrepl.TupleData, timestamps *pgtype.Map) (row streamedRow, relay bool, err error) {
+	ev, relay, err := decodeEvent(r, tuple)
+	if err != nil || !relay {
+		return row, relay, err
+	}
+	row.ev = ev
+	if _, row.known = r.cols[delayColumn]; !row.known {
+		return row, true, nil
+	}
+	c := tuple.Columns[r.cols[delayColumn]]
+	switch c.DataType {
+	case pglogrepl.TupleDataTypeNull:
+	case pglogrepl.TupleDataTypeText:
+		// The replication connection asks for DateStyle ISO (stream).
+		if err := timestamps.Scan(pgtype.TimestamptzOID, pgtype.TextFormatCode, c.Data, &row.after); err != nil {
+			return row, false, fmt.Errorf("%w: outbox row %s: deliver_after %q: %w", errProtocol, ev.ID, c.Data, err)
+		}
+	default:
+		return row, false, fmt.Errorf("%w: column %q in format %q, want text", errProtocol, delayColumn, c.DataType)
+	}
+	return row, true, nil
+}
+
+// decodeEvent reads the columns every relay needs.
+func decodeEvent(r relation, tuple *pglogrepl.TupleData) (ev poller.Event, relay bool, err error) {
 	if tuple == nil {
 		return ev, false, fmt.Errorf("%w: INSERT without a tuple", errProtocol)
+	}
+	if i, ok := r.cols[delayColumn]; ok && i >= len(tuple.Columns) {
+		return ev, false, fmt.Errorf("%w: tuple of %d columns, %q is column %d", errProtocol, len(tuple.Columns), delayColumn, i)
 	}
 	text := func(name string) (string, bool, error) {
 		i, ok := r.cols[name]

@@ -48,14 +48,17 @@ func TestDecoderAssemblesTransactions(t *testing.T) {
 		msgs    []pglogrepl.Message
 		want    [][]poller.Event // per committed transaction
 		wantErr string
+		// delayed and unknown per committed transaction, when set.
+		delayed []int
+		unknown [][]string
 	}{
 		{
 			name: "one transaction, two aggregates, other tables ignored",
 			msgs: []pglogrepl.Message{
 				&pglogrepl.BeginMessage{}, outbox, other,
 				insMsg(2, "o1", "note"),
-				insMsg(1, "e1", "order", "a", "1", "changed", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "<null>", "pending"),
-				insMsg(1, "e2", "order", "b", "1", "changed", "<null>", "<null>", "pending"),
+				insMsg(1, "e1", "order", "a", "1", "changed", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "<null>", "pending", "<null>"),
+				insMsg(1, "e2", "order", "b", "1", "changed", "<null>", "<null>", "pending", "<null>"),
 				&pglogrepl.CommitMessage{TransactionEndLSN: 100},
 			},
 			want: [][]poller.Event{{
@@ -67,8 +70,8 @@ func TestDecoderAssemblesTransactions(t *testing.T) {
 			name: "two transactions; a row inserted as published is not relayed; an empty transaction still commits",
 			msgs: []pglogrepl.Message{
 				&pglogrepl.BeginMessage{}, outbox,
-				insMsg(1, "e1", "order", "a", "1", "changed", "<null>", "<null>", "pending"),
-				insMsg(1, "e2", "order", "a", "2", "changed", "<null>", "<null>", "published"),
+				insMsg(1, "e1", "order", "a", "1", "changed", "<null>", "<null>", "pending", "<null>"),
+				insMsg(1, "e2", "order", "a", "2", "changed", "<null>", "<null>", "published", "<null>"),
 				&pglogrepl.CommitMessage{TransactionEndLSN: 100},
 				&pglogrepl.BeginMessage{}, &pglogrepl.CommitMessage{TransactionEndLSN: 200},
 			},
@@ -81,13 +84,33 @@ func TestDecoderAssemblesTransactions(t *testing.T) {
 				insMsg(1, "pending", "changed", "7", "a", "order", "e7"),
 				&pglogrepl.CommitMessage{TransactionEndLSN: 100},
 			},
-			want: [][]poller.Event{{ev("e7", "a", 7)}},
+			want:    [][]poller.Event{{ev("e7", "a", 7)}},
+			delayed: []int{0},
+			unknown: [][]string{{"e7"}}, // no deliver_after: the relay asks the database
+		},
+		{
+			name: "a row due after its commit is left out, one due by then is streamed",
+			msgs: []pglogrepl.Message{
+				&pglogrepl.BeginMessage{}, outbox,
+				insMsg(1, "e1", "order", "a", "1", "changed", "<null>", "<null>", "pending", "2026-12-01 10:00:05.25+00"),
+				insMsg(1, "e2", "order", "b", "1", "changed", "<null>", "<null>", "pending", "2026-12-01 11:59:59.999999+01:30"),
+				insMsg(1, "e3", "order", "c", "1", "changed", "<null>", "<null>", "pending", "2026-12-01 10:00:05+00"),
+				&pglogrepl.CommitMessage{TransactionEndLSN: 100, CommitTime: time.Date(2026, 12, 1, 10, 0, 5, 0, time.UTC)},
+			},
+			want:    [][]poller.Event{{ev("e3", "c", 1)}},
+			delayed: []int{2},
+			unknown: [][]string{nil},
+		},
+		{
+			name:    "a deliver_after that is not a time",
+			msgs:    []pglogrepl.Message{&pglogrepl.BeginMessage{}, outbox, insMsg(1, "e1", "order", "a", "1", "changed", "<null>", "<null>", "pending", "soon")},
+			wantErr: `deliver_after "soon"`,
 		},
 		{
 			name: "the outbox of another schema is not ours",
 			msgs: []pglogrepl.Message{
 				&pglogrepl.BeginMessage{}, elsewhere,
-				insMsg(3, "e1", "order", "a", "1", "changed", "<null>", "<null>", "pending"),
+				insMsg(3, "e1", "order", "a", "1", "changed", "<null>", "<null>", "pending", "<null>"),
 				&pglogrepl.CommitMessage{TransactionEndLSN: 100},
 			},
 			want: [][]poller.Event{nil},
@@ -99,12 +122,12 @@ func TestDecoderAssemblesTransactions(t *testing.T) {
 		},
 		{
 			name:    "a version that is not a number",
-			msgs:    []pglogrepl.Message{&pglogrepl.BeginMessage{}, outbox, insMsg(1, "e1", "order", "a", "x", "changed", "<null>", "<null>", "pending")},
+			msgs:    []pglogrepl.Message{&pglogrepl.BeginMessage{}, outbox, insMsg(1, "e1", "order", "a", "x", "changed", "<null>", "<null>", "pending", "<null>")},
 			wantErr: `aggregate_version "x"`,
 		},
 		{
 			name:    "a NULL id",
-			msgs:    []pglogrepl.Message{&pglogrepl.BeginMessage{}, outbox, insMsg(1, "<null>", "order", "a", "1", "changed", "<null>", "<null>", "pending")},
+			msgs:    []pglogrepl.Message{&pglogrepl.BeginMessage{}, outbox, insMsg(1, "<null>", "order", "a", "1", "changed", "<null>", "<null>", "pending", "<null>")},
 			wantErr: "without id",
 		},
 		{
@@ -123,6 +146,8 @@ func TestDecoderAssemblesTransactions(t *testing.T) {
 			t.Parallel()
 			d := newDecoder("app")
 			var got [][]poller.Event
+			var delayed []int
+			var unknown [][]string
 			var ends []pglogrepl.LSN
 			var err error
 			for _, m := range tt.msgs {
@@ -132,6 +157,8 @@ func TestDecoderAssemblesTransactions(t *testing.T) {
 				}
 				if tx != nil {
 					got = append(got, tx.events)
+					delayed = append(delayed, tx.delayed)
+					unknown = append(unknown, tx.unknown)
 					ends = append(ends, tx.end)
 				}
 			}
@@ -141,6 +168,10 @@ func TestDecoderAssemblesTransactions(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
+			if tt.delayed != nil {
+				require.Equal(t, tt.delayed, delayed, "rows left to the claim pass")
+				require.Equal(t, tt.unknown, unknown, "rows whose delay the relay looks up")
+			}
 			require.False(t, d.inTransaction())
 			for i := 1; i < len(ends); i++ {
 				require.Greater(t, ends[i], ends[i-1], "transactions in commit order")

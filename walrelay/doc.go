@@ -14,7 +14,10 @@
 // stream). One claim pass of the polling
 // path (poller.Poller.RunOnce) runs at start and on a slow timer: it
 // delivers rows that were pending when the slot was created, or inserted
-// while the slot was gone.
+// while the slot was gone. Delayed rows (deliver_after ahead of their
+// commit, and the later versions of their aggregates held behind them) are
+// never streamed: the claim pass delivers them, and runs when the next
+// pending row is due rather than waiting for its timer.
 //
 // Only one process can read a slot: another waits as a standby and takes
 // over when the first one's connection ends.

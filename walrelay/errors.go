@@ -38,6 +38,7 @@ const (
 	codeObjectInUse       = "55006" // START_REPLICATION on an active slot
 	codeUndefinedObject   = "42704" // the slot does not exist
 	codeDuplicateObject   = "42710" // created concurrently by another process
+	codeUndefinedColumn   = "42703" // the outbox lacks a migration's column
 	codeConfigLimit       = "53400" // max_replication_slots reached
 	codeInsufficientPriv  = "42501" // no REPLICATION attribute
 	codeInvalidAuthSpec   = "28000" // pg_hba refuses the replication connection

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,11 +28,16 @@ const dispatchTimeout = 20 * time.Second
 
 // Relay streams outbox inserts from a replication slot to Temporal.
 type Relay struct {
-	cfg    Config
-	log    *slog.Logger
-	run    startstop.Runner
-	poke   chan struct{} // asks for a catch-up pass now
-	schema string        // the outbox's schema, read at Start
+	cfg  Config
+	log  *slog.Logger
+	run  startstop.Runner
+	poke chan struct{} // asks for a catch-up pass now
+	// replan asks the catch-up loop to look again when the next pending row
+	// is due: the stream left a delayed row to it.
+	replan chan struct{}
+	schema string // the outbox's schema, read at Start
+
+	lackOnce sync.Once // the warning that the stream lacks deliver_after
 
 	mu       sync.Mutex
 	takeover time.Duration // how long the last standby wait took
@@ -50,7 +56,7 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, poke: make(chan struct{}, 1),
+	return &Relay{cfg: cfg, poke: make(chan struct{}, 1), replan: make(chan struct{}, 1),
 		log: cfg.Logger.With("component", "walrelay", "slot", cfg.Slot)}, nil
 }
 
@@ -104,9 +110,15 @@ func (r *Relay) LastTakeover() time.Duration {
 	return r.takeover
 }
 
+// catchUpLoop runs a claim pass at start, every CatchUpInterval, on a poke,
+// and when the next pending row becomes claimable, if that is sooner: a
+// delayed row (deliver_after, or held behind an earlier delayed version)
+// is never streamed, so this pass delivers it, as soon as it is due rather
+// than up to CatchUpInterval late; the same goes for a row released with a
+// backoff or a lease that ran out.
 func (r *Relay) catchUpLoop(ctx context.Context) {
-	ticker := time.NewTicker(r.cfg.CatchUpInterval)
-	defer ticker.Stop()
+	timer := time.NewTimer(r.cfg.CatchUpInterval)
+	defer timer.Stop()
 	for {
 		n, err := r.cfg.Poller.Drain(ctx)
 		if ctx.Err() != nil {
@@ -116,14 +128,57 @@ func (r *Relay) catchUpLoop(ctx context.Context) {
 		case err != nil:
 			r.log.Warn("catch-up pass failed; its rows stay pending for the next one", "claimed", n, "error", err)
 		case n > 0:
-			r.log.Info("catch-up pass claimed rows the stream had not delivered (pending before the slot, or missed while it was gone; some may be in flight in the stream, and the workflow drops the repeats)", "claimed", n)
+			r.log.Info("catch-up pass claimed rows the stream had not delivered (pending before the slot, missed while it was gone, or delayed until now; some may be in flight in the stream, and the workflow drops the repeats)", "claimed", n)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		case <-r.poke:
+		latest := time.Now().Add(r.cfg.CatchUpInterval)
+		for waiting := true; waiting; {
+			// Timers of Go 1.23 and later: Reset after Stop or expiry never
+			// sees a stale tick.
+			timer.Reset(time.Until(r.nextPass(ctx, latest)))
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+				waiting = false
+			case <-r.poke:
+				timer.Stop()
+				waiting = false
+			case <-r.replan:
+				timer.Stop()
+			}
 		}
+	}
+}
+
+// sqlNextDue is how long until the first pending row becomes claimable,
+// on the database's clock (the claim's), through the pending rows' index
+// on next_attempt_at (0001). NULL when none waits.
+const sqlNextDue = `
+SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM outbox_events
+WHERE status = 'pending' AND next_attempt_at > now()`
+
+// dueMargin is added to a due time: the claim's now() must be past it.
+const dueMargin = 5 * time.Millisecond
+
+// nextPass is when the next catch-up pass runs: when the first pending row
+// becomes claimable, or at latest (also when the outbox cannot be read;
+// the pass itself reports that).
+func (r *Relay) nextPass(ctx context.Context, latest time.Time) time.Time {
+	var secs *float64
+	if err := r.cfg.Pool.QueryRow(ctx, sqlNextDue).Scan(&secs); err != nil || secs == nil {
+		return latest
+	}
+	due := time.Now().Add(time.Duration(*secs*float64(time.Second)) + dueMargin)
+	if due.Before(latest) {
+		return due
+	}
+	return latest
+}
+
+func (r *Relay) replanCatchUp() {
+	select {
+	case r.replan <- struct{}{}:
+	default:
 	}
 }
 
@@ -190,6 +245,9 @@ func (r *Relay) streamLoop(ctx context.Context) {
 func (r *Relay) stream(ctx context.Context, connected func()) error {
 	pcfg := r.cfg.Pool.Config().ConnConfig.Config.Copy()
 	pcfg.RuntimeParams["replication"] = "database"
+	// deliver_after arrives as text in the session's DateStyle; the decoder
+	// reads ISO.
+	pcfg.RuntimeParams["datestyle"] = "ISO"
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("open replication connection: %w", translateConnect(pcfg.User, err))
@@ -320,10 +378,26 @@ func (s *session) run(ctx context.Context) error {
 func (s *session) flush(ctx context.Context) error {
 	cfg := s.r.cfg
 	var events []poller.Event
+	var unknown []string
+	delayed := 0
 	for _, t := range s.pending {
 		events = append(events, t.events...)
+		unknown = append(unknown, t.unknown...)
+		delayed += t.delayed
 	}
 	end := s.pending[len(s.pending)-1].end
+	if len(unknown) > 0 {
+		var n int
+		var err error
+		if events, n, err = s.r.dropDelayed(ctx, events, unknown); err != nil {
+			return err
+		}
+		delayed += n
+	}
+	if delayed > 0 {
+		// Not streamed: the catch-up pass claims them when they are due.
+		s.r.replanCatchUp()
+	}
 	total := len(events)
 	for failures := 0; len(events) > 0; {
 		dctx, cancel := context.WithTimeout(ctx, dispatchTimeout)
@@ -381,6 +455,39 @@ func (s *session) flush(ctx context.Context) error {
 	s.pending, s.events = s.pending[:0], 0
 	s.confirmed = max(s.confirmed, end)
 	return s.sendStatus(ctx)
+}
+
+// sqlDelayed picks, of rows streamed without deliver_after, those that
+// wait for it (or for an earlier delayed version of their aggregate).
+const sqlDelayed = `SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[]) AND deliver_after > now()`
+
+// dropDelayed looks up the delay of the rows in unknown (their stream
+// lacked deliver_after) and returns events without the delayed ones, and
+// how many it dropped. An error ends the session: its transactions are
+// replayed.
+func (r *Relay) dropDelayed(ctx context.Context, events []poller.Event, unknown []string) ([]poller.Event, int, error) {
+	r.lackOnce.Do(func() {
+		r.log.Warn("the publication does not stream outbox_events.deliver_after: each streamed batch asks the database which rows are delayed; add the column to the publication's column list to spare the query",
+			"publication", r.cfg.Publication)
+	})
+	rows, err := r.cfg.Pool.Query(ctx, sqlDelayed, unknown)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the delays of streamed rows: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the delays of streamed rows: %w", err)
+	}
+	if len(ids) == 0 {
+		return events, 0, nil
+	}
+	wait := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		wait[id] = true
+	}
+	n := len(events)
+	events = slices.DeleteFunc(events, func(e poller.Event) bool { return wait[strings.ToLower(e.ID)] })
+	return events, n - len(events), nil
 }
 
 func (s *session) sendStatus(ctx context.Context) error {

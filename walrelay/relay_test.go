@@ -47,8 +47,11 @@ type recorder struct {
 	mu      sync.Mutex
 	got     []poller.Event
 	drains  int
+	drainAt []time.Time
 	pending []string // ids pending at the last catch-up pass
-	pool    *pgxpool.Pool
+	// pendingAt are the ids pending at each catch-up pass.
+	pendingAt [][]string
+	pool      *pgxpool.Pool
 }
 
 func (r *recorder) Dispatch(_ context.Context, events []poller.Event) ([]string, []poller.Failure) {
@@ -93,7 +96,9 @@ func (r *recorder) Drain(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drains++
+	r.drainAt = append(r.drainAt, time.Now())
 	r.pending = ids
+	r.pendingAt = append(r.pendingAt, ids)
 	return 0, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -13,8 +14,19 @@ import (
 
 // streamedColumns are the columns the publication Ferry creates carries (a
 // column list, PostgreSQL 15+): the payload, the bulk of a row, stays out of
-// the stream.
-var streamedColumns = []string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "event_type", "trace_parent", "trace_state", "status"}
+// the stream. deliver_after (migration 0009) tells a delayed row, which is
+// left to the claim pass, from one to stream.
+var streamedColumns = []string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "event_type", "trace_parent", "trace_state", "status", "deliver_after"}
+
+// streamedColumnsBefore0009 is the column list of publications Ferry created
+// before delayed events; Start adds deliver_after to such a publication.
+var streamedColumnsBefore0009 = streamedColumns[:len(streamedColumns)-1]
+
+// sqlPublishedColumns reads the columns the publication streams of this
+// schema's outbox_events (every column when it has no column list).
+const sqlPublishedColumns = `
+SELECT attnames FROM pg_publication_tables
+WHERE pubname = $1 AND schemaname = current_schema() AND tablename = 'outbox_events'`
 
 // sqlRole: REPLICATION (or superuser) is what a replication connection
 // and a slot need.
@@ -84,14 +96,13 @@ func ensurePublication(ctx context.Context, pool *pgxpool.Pool, publication stri
 		if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schemaName); err != nil {
 			return fmt.Errorf("read the current schema: %w", err)
 		}
-		cols := make([]string, len(streamedColumns))
-		for i, c := range streamedColumns {
-			cols[i] = pgx.Identifier{c}.Sanitize()
-		}
 		// Inserts only: the relay's own status updates stay out of the stream.
-		_, err = pool.Exec(ctx, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s (%s) WITH (publish = 'insert')`,
-			pgx.Identifier{publication}.Sanitize(), pgx.Identifier{schemaName, "outbox_events"}.Sanitize(), strings.Join(cols, ", ")))
+		_, err = pool.Exec(ctx, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`,
+			pgx.Identifier{publication}.Sanitize(), outboxTable(schemaName)))
 		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == codeUndefinedColumn {
+			return fmt.Errorf("create publication %q: %w (run `ferry migrate`)", publication, err)
+		}
 		if err != nil && !(errors.As(err, &pg) && pg.Code == codeDuplicateObject) {
 			return fmt.Errorf("create publication %q: %w", publication, err)
 		}
@@ -107,6 +118,52 @@ func ensurePublication(ctx context.Context, pool *pgxpool.Pool, publication stri
 	if !hasTable || !inserts {
 		return fmt.Errorf("%w: publication %q exists but does not publish inserts into outbox_events of this schema\n  Add it (ALTER PUBLICATION %s ADD TABLE outbox_events; and publish = 'insert'), drop the publication so Ferry creates its own, or set Config.WALPublication to another name",
 			ErrPublicationMissingTable, publication, pgx.Identifier{publication}.Sanitize())
+	}
+	return upgradePublication(ctx, pool, publication)
+}
+
+// outboxTable is this schema's outbox_events with the streamed column list.
+func outboxTable(schemaName string) string {
+	cols := make([]string, len(streamedColumns))
+	for i, c := range streamedColumns {
+		cols[i] = pgx.Identifier{c}.Sanitize()
+	}
+	return pgx.Identifier{schemaName, "outbox_events"}.Sanitize() + " (" + strings.Join(cols, ", ") + ")"
+}
+
+// upgradePublication adds deliver_after to a publication Ferry created
+// before delayed events (exactly the old column list), so the stream tells
+// delayed rows without a query. One transaction: the stream sees the old
+// list up to its commit, the new one after it. Any other publication is
+// left alone (the relay then asks the database, see dropDelayed).
+func upgradePublication(ctx context.Context, pool *pgxpool.Pool, publication string) error {
+	var cols []string
+	if err := pool.QueryRow(ctx, sqlPublishedColumns, publication).Scan(&cols); err != nil {
+		return fmt.Errorf("read the columns of publication %q: %w", publication, err)
+	}
+	slices.Sort(cols)
+	old := slices.Sorted(slices.Values(streamedColumnsBefore0009))
+	if !slices.Equal(cols, old) {
+		return nil
+	}
+	var schemaName string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schemaName); err != nil {
+		return fmt.Errorf("read the current schema: %w", err)
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		pub := pgx.Identifier{publication}.Sanitize()
+		if _, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` DROP TABLE `+pgx.Identifier{schemaName, "outbox_events"}.Sanitize()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `ALTER PUBLICATION `+pub+` ADD TABLE `+outboxTable(schemaName))
+		return err
+	})
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == codeUndefinedColumn {
+		return fmt.Errorf("add deliver_after to publication %q: %w (run `ferry migrate`)", publication, err)
+	}
+	if err != nil {
+		return fmt.Errorf("add deliver_after to publication %q: %w", publication, err)
 	}
 	return nil
 }

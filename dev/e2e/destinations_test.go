@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -356,4 +358,111 @@ func TestFerryCommandWithoutBroker(t *testing.T) {
 	r := waitRecorded(t, "cli-C", 2)
 	require.Equal(t, []string{created, paid}, []string{r.Got[0].EventID, r.Got[1].EventID})
 	require.False(t, run.exited(), run.out.String())
+}
+
+// A producer's headers go through the real Ferry to both targets: the
+// AMQP message, beside Ferry's own headers, and the workflow's envelope.
+func TestHeadersReachBrokerAndWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tq := startUserWorker(t, "E2EHeaders")
+	e.startFerry(t, ferryOpts{destinations: []string{
+		fmt.Sprintf("%s.created=start:hdr,type=E2EHeaders,queue=%s,id=hdr-{aggregate_id}", e.aggType, tq),
+	}})
+	ctx := context.Background()
+	tx, err := e.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	headers := map[string]string{"tenant": "acme", "Correlation-Id": "c-17"}
+	w, err := e.writer.Write(ctx, tx, outbox.Event{AggregateType: e.aggType, AggregateID: "H", EventType: "created",
+		Payload: json.RawMessage(`{}`), Headers: headers})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	msgs := e.br.Collect(t, 1, time.Minute)
+	require.Len(t, msgs, 1)
+	require.Equal(t, w.ID.String(), msgs[0].MessageId)
+	require.Equal(t, "acme", msgs[0].Headers["tenant"])
+	require.Equal(t, "c-17", msgs[0].Headers["Correlation-Id"])
+	require.Equal(t, e.aggType, msgs[0].Headers["ferry-aggregate-type"], "Ferry's own headers are there too")
+	r := waitRecorded(t, "hdr-H", 1)
+	require.Equal(t, headers, r.Got[0].Headers)
+}
+
+// A signal repeated after its workflow took it and closed (a worker died
+// between Temporal's answer and Ferry's mark) is a repeat: the server
+// answers it as done when the closed run took it, and Ferry finds it in an
+// earlier run's history when the workflow continued as new after taking
+// it. A new event to the closed workflow still fails, to be retried.
+func TestSignalRepeatedAfterTheWorkflowClosed(t *testing.T) {
+	t.Parallel()
+	tq := testenv.Name("user-tq")
+	w := sdkworker.New(tclient, tq, sdkworker.Options{})
+	// One signal, then done; with again, continue as new first and let
+	// the new run complete at once.
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, again bool) error {
+		if again {
+			return nil
+		}
+		var ev destination.Envelope
+		workflow.GetSignalChannel(ctx, recordSignal).Receive(ctx, &ev)
+		if ev.AggregateID == "C" {
+			return workflow.NewContinueAsNewError(ctx, "E2EOneSignal", true)
+		}
+		return nil
+	}, workflow.RegisterOptions{Name: "E2EOneSignal"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	aggType := testenv.Name("order")
+	dests, err := destination.ParseAll([]string{fmt.Sprintf("%s.paid=signal:once,id=once-{aggregate_id}", aggType)})
+	require.NoError(t, err)
+	router, err := destination.NewRouter(dests)
+	require.NoError(t, err)
+	routes, _ := router.For(aggType, "paid")
+	sender, err := destination.NewSender(destination.SenderConfig{Temporal: tclient, Namespace: namespace})
+	require.NoError(t, err)
+	ctx := context.Background()
+	env := func(agg string, v int64) destination.Envelope {
+		return destination.Envelope{EventID: fmt.Sprintf("0190e0e0-0000-7000-8000-%s%011d", agg, v), EventType: "paid",
+			AggregateType: aggType, AggregateID: agg, AggregateVersion: v, SchemaVersion: 1, Payload: json.RawMessage(`{}`)}
+	}
+	signals := func(id string) int {
+		n := 0
+		iter := tclient.GetWorkflowHistory(ctx, id, "", false, 0)
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			require.NoError(t, err)
+			if ev.GetWorkflowExecutionSignaledEventAttributes() != nil {
+				n++
+			}
+		}
+		return n
+	}
+
+	for _, agg := range []string{"A", "C"} {
+		id := "once-" + agg
+		_, err = tclient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, "E2EOneSignal", false)
+		require.NoError(t, err)
+		out, err := sender.Deliver(ctx, routes[0], env(agg, 2))
+		require.NoError(t, err)
+		require.Equal(t, destination.Delivered, out)
+		waitFor(t, time.Minute, id+" closed after its last run", func() bool {
+			d, err := tclient.DescribeWorkflowExecution(ctx, id, "")
+			return err == nil && d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+		})
+
+		out, err = sender.Deliver(ctx, routes[0], env(agg, 2))
+		require.NoError(t, err, "%s took v2 before it closed: a repeat", id)
+		if agg == "A" {
+			require.Equal(t, destination.Delivered, out, "the closed run knows the request id: the server answers as done")
+		} else {
+			require.Equal(t, destination.Repeated, out, "the last run never saw it: found in the run it continued from")
+		}
+
+		_, err = sender.Deliver(ctx, routes[0], env(agg, 3))
+		require.ErrorContains(t, err, "no such running workflow")
+		require.NotErrorIs(t, err, destination.ErrPermanent, "retried: the workflow may be started again")
+	}
+	require.Equal(t, 0, signals("once-C"), "the last run of once-C took no signal")
+	require.Equal(t, 1, signals("once-A"))
 }

@@ -16,9 +16,10 @@ import (
 )
 
 // childEnv marks a re-executed test binary that runs the ferry command ("1"),
-// the fault suite's checker consumer ("consumer") or a Temporal server
-// ("temporal") instead of tests: the fault tests need them in processes of
-// their own, and this binary already contains them.
+// the fault suite's checker consumer ("consumer"), a Temporal server
+// ("temporal") or the orders example service ("orders") instead of tests:
+// the fault tests need them in processes of their own, and this binary
+// already contains them.
 const childEnv = "FERRY_E2E_CHILD"
 
 var (
@@ -38,6 +39,8 @@ func TestMain(m *testing.M) {
 		os.Exit(checkerConsumerMain())
 	case "temporal":
 		os.Exit(temporalServerMain())
+	case "orders":
+		os.Exit(ordersServiceMain())
 	}
 	os.Exit(run(m))
 }

@@ -16,6 +16,7 @@ import (
 	ferryoutbox "github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/examples/orders"
+	"github.com/ferry-outbox/ferry/examples/orders/fulfilment"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -39,21 +40,23 @@ func TestOrdersExampleEndToEnd(t *testing.T) {
 			Exchange:     br.Exchange,
 			PollInterval: 200 * time.Millisecond,
 		},
-		Postgres: ferryoutbox.PostgresConfig{URL: db.URL},
-		Temporal: ferryoutbox.TemporalConfig{Address: temporalAddr, Namespace: namespace},
+		Postgres:   ferryoutbox.PostgresConfig{URL: db.URL},
+		Temporal:   ferryoutbox.TemporalConfig{Address: temporalAddr, Namespace: namespace},
+		Fulfilment: fulfilment.Config{TaskQueue: testenv.Name("fulfilment")},
 	}))
 	require.NoError(t, app.Err())
 	require.NoError(t, app.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, app.Stop(context.Background())) })
 
-	post := func(body string) (int, string) {
-		resp, err := http.Post("http://"+srv.Addr()+"/orders", "application/json", strings.NewReader(body))
+	postTo := func(path, body string) (int, string) {
+		resp, err := http.Post("http://"+srv.Addr()+path, "application/json", strings.NewReader(body))
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
 		return resp.StatusCode, string(b)
 	}
+	post := func(body string) (int, string) { return postTo("/orders", body) }
 
 	// A refused request writes nothing, so it can never be published.
 	code, body := post(`{"customer": "", "total_cents": 4200}`)
@@ -86,11 +89,35 @@ func TestOrdersExampleEndToEnd(t *testing.T) {
 	_, extra := br.Get(t, 500*time.Millisecond)
 	require.False(t, extra, "only the accepted order produced a message")
 
+	// The payment: order.paid on RabbitMQ, and the order's Fulfilment
+	// workflow (started by order.created) signalled with it.
+	code, body = postTo("/orders/"+created.OrderID+"/pay", "")
+	require.Equal(t, http.StatusOK, code, body)
+	var paid orders.Paid
+	require.NoError(t, json.Unmarshal([]byte(body), &paid))
+	require.Equal(t, created.FulfilmentID, paid.FulfilmentID)
+	d, ok = br.Get(t, 30*time.Second)
+	require.True(t, ok, "order.paid reached RabbitMQ")
+	require.Equal(t, "order.paid", d.RoutingKey)
+	require.Equal(t, paid.EventID, d.MessageId)
+	waitFor(t, time.Minute, "the fulfilment to mark the order fulfilling", func() bool {
+		v, err := tclient.QueryWorkflow(ctx, created.FulfilmentID, "", fulfilment.QueryState)
+		if err != nil {
+			return false
+		}
+		var st fulfilment.State
+		require.NoError(t, v.Get(&st))
+		return st.Status == fulfilment.StatusFulfilling
+	})
+	code, body = postTo("/orders/"+created.OrderID+"/pay", "")
+	require.Equal(t, http.StatusConflict, code, body)
+
 	// The service's /metrics carries Ferry's series beside its own.
-	waitFor(t, 10*time.Second, "the publish on the service's /metrics", func() bool {
-		return strings.Contains(scrape(t, "http://"+srv.Addr()+"/metrics"), `ferry_published_total{aggregate_type="order"} 1`)
+	waitFor(t, 10*time.Second, "both publishes on the service's /metrics", func() bool {
+		return strings.Contains(scrape(t, "http://"+srv.Addr()+"/metrics"), `ferry_published_total{aggregate_type="order"} 2`)
 	})
 	m := scrape(t, "http://"+srv.Addr()+"/metrics")
+	require.Contains(t, m, `ferry_destination_deliveries_total{destination="fulfilment",outcome="delivered"} 2`, "the start and the signal")
 	require.Contains(t, m, "ferry_outbox_table_bytes ")
 	require.Contains(t, m, "go_goroutines ", "the service's own runtime metrics")
 }

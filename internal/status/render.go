@@ -28,6 +28,10 @@ func Render(w io.Writer, s Snapshot, color bool) {
 		fmt.Fprintf(w, "  %snone: everything committed is delivered%s\n", green, reset)
 	}
 	for _, b := range s.Backlog {
+		if b.Status == "delayed" {
+			fmt.Fprintf(w, "  %-12s %8d   waiting for their delivery time, the first due in %s\n", b.Status, b.Count, age(b.NextDue))
+			continue
+		}
 		c := ""
 		if b.OldestAge > 5*time.Minute || b.Status == "quarantined" {
 			c = yellow

@@ -61,9 +61,13 @@ type Snapshot struct {
 
 // StatusCount is the backlog of one status.
 type StatusCount struct {
-	Status    string        `json:"status"`
-	Count     int64         `json:"count"`
+	Status string `json:"status"`
+	Count  int64  `json:"count"`
+	// OldestAge counts from when the row became deliverable; zero for
+	// delayed rows, which wait for their deliver_after and are not late.
 	OldestAge time.Duration `json:"oldest_age_ns"`
+	// NextDue, for delayed rows, is how long until the first is due.
+	NextDue time.Duration `json:"next_due_ns,omitempty"`
 }
 
 // Blocked is one aggregate held at a quarantined event.
@@ -242,7 +246,7 @@ func UnheldRows(ctx context.Context, pool *pgxpool.Pool, held map[string]bool, l
 }
 
 // backlogByStatus sums the backlog of every aggregate type by status, in
-// status order, keeping the oldest age.
+// status order, keeping the oldest age and the nearest due time.
 func backlogByStatus(rows []outbox.Backlog) []StatusCount {
 	out := []StatusCount{}
 	for _, r := range rows {
@@ -250,6 +254,9 @@ func backlogByStatus(rows []outbox.Backlog) []StatusCount {
 		if i < 0 {
 			out = append(out, StatusCount{Status: r.Status})
 			i = len(out) - 1
+		}
+		if r.Status == "delayed" && (out[i].Count == 0 || r.NextDue < out[i].NextDue) {
+			out[i].NextDue = r.NextDue
 		}
 		out[i].Count += r.Count
 		out[i].OldestAge = max(out[i].OldestAge, r.OldestAge)

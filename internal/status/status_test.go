@@ -23,6 +23,7 @@ func snapshot() status.Snapshot {
 	return status.Snapshot{
 		At: at, Namespace: "default", TaskQueue: "ferry",
 		Backlog: []status.StatusCount{
+			{Status: "delayed", Count: 40, NextDue: 3*time.Minute + 20*time.Second},
 			{Status: "dispatched", Count: 12, OldestAge: 3 * time.Second},
 			{Status: "pending", Count: 1530, OldestAge: 7*time.Minute + 12*time.Second},
 			{Status: "quarantined", Count: 1, OldestAge: 2 * time.Hour},
