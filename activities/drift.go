@@ -157,11 +157,7 @@ func (a *Maintenance) driftWorkflow(ctx context.Context, id string) (driftWorkfl
 		return wf, true
 	}
 	wf.status = "Running"
-	v, err := a.temporal.QueryWorkflow(cctx, id, "", workflows.StateQuery)
-	var state workflows.State
-	if err == nil {
-		err = v.Get(&state)
-	}
+	state, err := a.queryState(ctx, id)
 	if err != nil {
 		activity.GetLogger(ctx).Warn("drift check: query workflow state", "workflow_id", id, "error", err)
 		return wf, false
@@ -230,8 +226,9 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 	if len(lost) > 0 {
 		add(workflows.DriftSignalLost,
 			fmt.Sprintf("rows %s are dispatched but the running workflow does not hold them (delivered %d, pending %s)", versions(lost), st.Delivered, versions(st.Pending)),
-			"set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): "+
-				outbox.AdviceRequeue(k.Type, k.ID, "dispatched"))
+			fmt.Sprintf("the reconciler re-dispatches those dispatched before this run started (the run they were signalled to ended) "+
+				"once they are %s old; otherwise set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): %s",
+				in.ReconcileAfter, outbox.AdviceRequeue(k.Type, k.ID, "dispatched")))
 	}
 	return out
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -96,16 +98,30 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 	return res, nil
 }
 
-// ReconcileDispatches finds aggregates with rows dispatched long ago but not
-// delivered, and sets those rows back to pending when the aggregate's
-// workflow is not running (terminated, reset away, lost with a namespace):
-// the poller then signals a new run, which resumes from the delivered
-// version. A running workflow is left alone (it may wait for a gap or hold
-// a quarantined event).
+// ReconcileDispatches finds aggregates with rows dispatched more than
+// OlderThan ago and still not delivered, and sets those rows back to
+// pending when no open run of the aggregate's workflow holds them; the
+// poller then signals them again, to a new run that resumes from the
+// delivered version, or to the open run. Two cases qualify:
+//
+//   - the workflow has no open run (terminated, failed, timed out,
+//     completed, reset away, lost with a namespace): all its stuck rows;
+//   - its open run started after some rows were dispatched (a later event
+//     started it once the run they were signalled to had ended) and its
+//     state (query "ferry.state") neither holds them nor has delivered
+//     them: those rows. The run waits for them for ever otherwise.
+//
+// Rows an open run may hold are left alone: those dispatched after it
+// started (it may wait for a gap, or hold them behind a quarantined
+// event), and all of them when it does not answer the query. Every update
+// is conditional on the dispatch the pass looked at (status dispatched,
+// dispatched before the pass's cut-off), so a row re-dispatched meanwhile
+// is never touched; a repeat signal to a run that holds a row is dropped
+// as a duplicate.
 func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.ReconcileInput) (workflows.ReconcileResult, error) {
 	var res workflows.ReconcileResult
 	age := cmp.Or(in.OlderThan, workflows.DefaultReconcileAfter)
-	stuck, err := outbox.StuckAggregates(ctx, a.pool, age)
+	stuck, before, err := outbox.StuckAggregates(ctx, a.pool, age)
 	if err != nil {
 		return res, fmt.Errorf("find stuck dispatches: %w", err)
 	}
@@ -113,32 +129,133 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 		return res, temporal.NewNonRetryableApplicationError(
 			"this worker's activities have no Temporal client (activities.MaintenanceConfig.Temporal)", "Misconfigured", nil)
 	}
+	log := activity.GetLogger(ctx)
 	for _, ag := range stuck {
 		res.Checked++
 		wfID := workflows.WorkflowID(ag.Type, ag.ID)
-		state := "not found"
-		d, err := a.temporal.DescribeWorkflowExecution(ctx, wfID, "")
-		var notFound *serviceerror.NotFound
-		switch {
-		case errors.As(err, &notFound):
-		case err != nil:
-			return res, fmt.Errorf("describe %s: %w", wfID, err)
-		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-			continue
-		default:
-			state = d.GetWorkflowExecutionInfo().GetStatus().String()
-		}
-		n, err := outbox.Redispatch(ctx, a.pool, ag.Type, ag.ID, age,
-			fmt.Sprintf("reconciler: workflow %s was %s; re-dispatched", wfID, state))
+		n, cause, err := a.reconcileAggregate(ctx, ag, wfID, before, &res)
 		if err != nil {
-			return res, fmt.Errorf("re-dispatch %s: %w", wfID, err)
+			return res, err
 		}
 		if n > 0 {
 			res.Redispatched += n
 			res.Aggregates = append(res.Aggregates, wfID)
-			a.maintenance.Reconciled(n)
+			a.maintenance.Reconciled(cause, n)
 		}
 		activity.RecordHeartbeat(ctx, res.Checked)
 	}
+	if res.Unchecked > 0 {
+		log.Warn("reconciler: open runs did not answer their state query; their stuck rows wait for the next pass (is a worker polling the task queue?)",
+			"unchecked", res.Unchecked)
+	}
 	return res, nil
+}
+
+// reconcileAggregate re-dispatches the rows of one aggregate that no open
+// run holds (see ReconcileDispatches) and returns how many, and why.
+func (a *Maintenance) reconcileAggregate(ctx context.Context, ag outbox.AggregateKey, wfID string, before time.Time, res *workflows.ReconcileResult) (int64, string, error) {
+	log := activity.GetLogger(ctx)
+	cctx, cancel := context.WithTimeout(ctx, driftCallTimeout)
+	defer cancel()
+	d, err := a.temporal.DescribeWorkflowExecution(cctx, wfID, "")
+	var notFound *serviceerror.NotFound
+	status := "not found"
+	switch {
+	case errors.As(err, &notFound):
+	case err != nil:
+		return 0, "", fmt.Errorf("describe %s: %w", wfID, err)
+	case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return a.reconcileOpenRun(ctx, ag, wfID, d.GetWorkflowExecutionInfo(), before, res)
+	default:
+		status = d.GetWorkflowExecutionInfo().GetStatus().String()
+	}
+	n, err := outbox.RedispatchAggregate(ctx, a.pool, ag.Type, ag.ID, before,
+		fmt.Sprintf("re-dispatched by the reconciler: workflow %s was %s while this row was dispatched", wfID, status))
+	if err != nil {
+		return 0, "", fmt.Errorf("re-dispatch %s: %w", wfID, err)
+	}
+	if n > 0 {
+		log.Warn("reconciler: re-dispatched rows whose workflow has no open run",
+			"workflow_id", wfID, "status", status, "rows", n)
+	}
+	return n, metrics.ReconcileNotRunning, nil
+}
+
+// reconcileOpenRun re-dispatches the aggregate's stuck rows that were
+// dispatched before its open run started and that the run neither holds
+// nor has delivered: they were signalled to a run that ended.
+func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateKey, wfID string, run *workflowpb.WorkflowExecutionInfo, before time.Time, res *workflows.ReconcileResult) (int64, string, error) {
+	// Rows dispatched after the run started may sit in its signal channel,
+	// unread while it is blocked, so only older ones are candidates; a row
+	// is marked dispatched after Temporal accepted its signal, so one
+	// marked before the run started was signalled to an earlier run.
+	// (dispatched_at is PostgreSQL's clock, the start time Temporal's.)
+	started := run.GetStartTime().AsTime()
+	rows, err := outbox.StuckRows(ctx, a.pool, ag.Type, ag.ID, minTime(before, started))
+	if err != nil {
+		return 0, "", fmt.Errorf("read stuck rows of %s: %w", wfID, err)
+	}
+	if len(rows) == 0 {
+		return 0, "", nil
+	}
+	// The current run, not necessarily the one described: a run it
+	// continued as new from carries the held references in its input, and
+	// any run is younger than the candidates.
+	runID := run.GetExecution().GetRunId()
+	st, err := a.queryState(ctx, wfID)
+	if err != nil {
+		res.Unchecked++
+		activity.GetLogger(ctx).Warn("reconciler: query workflow state", "workflow_id", wfID, "run_id", runID, "error", err)
+		return 0, "", nil
+	}
+	ids, lost := notHeld(rows, st)
+	if len(ids) == 0 {
+		return 0, "", nil
+	}
+	n, err := outbox.RedispatchRows(ctx, a.pool, ids, before, fmt.Sprintf(
+		"re-dispatched by the reconciler: the open run of workflow %s (run %s) started after this row was dispatched and does not hold it (the run it was signalled to ended)",
+		wfID, runID))
+	if err != nil {
+		return 0, "", fmt.Errorf("re-dispatch %s: %w", wfID, err)
+	}
+	if n > 0 {
+		activity.GetLogger(ctx).Warn("reconciler: re-dispatched rows the open run does not hold (signalled to a run that ended)",
+			"workflow_id", wfID, "run_id", runID, "versions", versions(lost), "rows", n,
+			"run_delivered", st.Delivered, "run_pending", versions(st.Pending))
+	}
+	return n, metrics.ReconcileNotHeld, nil
+}
+
+// notHeld picks the rows a run's state neither holds (pending, being
+// published) nor has delivered (a version at or below its cursor is
+// dropped as a duplicate: re-dispatching it would achieve nothing). Pure,
+// for a table test.
+func notHeld(rows []outbox.StuckRow, st workflows.State) (ids []string, vs []int64) {
+	for _, r := range rows {
+		if r.Version > st.Delivered && r.Version != st.Publishing && !slices.Contains(st.Pending, r.Version) {
+			ids = append(ids, r.ID)
+			vs = append(vs, r.Version)
+		}
+	}
+	return ids, vs
+}
+
+// queryState asks the current run of a workflow for its state (query
+// "ferry.state"), bounded by driftCallTimeout.
+func (a *Maintenance) queryState(ctx context.Context, id string) (workflows.State, error) {
+	var st workflows.State
+	ctx, cancel := context.WithTimeout(ctx, driftCallTimeout)
+	defer cancel()
+	v, err := a.temporal.QueryWorkflow(ctx, id, "", workflows.StateQuery)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	return st, err
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -8,7 +8,7 @@ import (
 // the drift check. A nil *Maintenance counts nothing.
 type Maintenance struct {
 	retention  *prometheus.CounterVec
-	reconciled prometheus.Counter
+	reconciled *prometheus.CounterVec
 
 	driftSampled   prometheus.Counter
 	driftUnchecked prometheus.Counter
@@ -22,10 +22,10 @@ func NewMaintenance(reg prometheus.Registerer) (*Maintenance, error) {
 			Name: "ferry_retention_rows_total",
 			Help: "Rows handled by retention, by step: delete (delivered rows deleted), purge_payloads (payloads of delivered rows blanked).",
 		}, []string{"step"}),
-		reconciled: prometheus.NewCounter(prometheus.CounterOpts{
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_reconciled_rows_total",
-			Help: "Dispatched rows set back to pending because their aggregate workflow was not running.",
-		}),
+			Help: "Dispatched rows the reconciler set back to pending, by cause: workflow_not_running (no open run), not_held_by_run (the open run started after the row was dispatched and does not hold it).",
+		}, []string{"cause"}),
 		driftSampled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_drift_sampled_total",
 			Help: "Aggregates whose outbox rows the drift check compared with their workflow's state.",
@@ -59,10 +59,21 @@ func (m *Maintenance) Retained(step string, n int64) {
 	}
 }
 
-// Reconciled counts re-dispatched rows.
-func (m *Maintenance) Reconciled(n int64) {
+// Causes of a re-dispatch, the values of ferry_reconciled_rows_total's
+// cause label.
+const (
+	// ReconcileNotRunning: the aggregate's workflow had no open run.
+	ReconcileNotRunning = "workflow_not_running"
+	// ReconcileNotHeld: the open run started after the rows were
+	// dispatched (to a run that ended) and does not hold them.
+	ReconcileNotHeld = "not_held_by_run"
+)
+
+// Reconciled counts rows re-dispatched for cause (ReconcileNotRunning,
+// ReconcileNotHeld).
+func (m *Maintenance) Reconciled(cause string, n int64) {
 	if m != nil {
-		m.reconciled.Add(float64(n))
+		m.reconciled.WithLabelValues(cause).Add(float64(n))
 	}
 }
 

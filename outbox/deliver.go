@@ -278,9 +278,12 @@ func DeleteDelivered(ctx context.Context, db Execer, age time.Duration, limit in
 type AggregateKey struct{ Type, ID string }
 
 // sqlStuckAggregates finds the aggregates with rows dispatched long ago,
-// oldest first, through the dispatched rows' partial index (0006).
+// oldest first, through the dispatched rows' partial index (0006). Each row
+// also carries the cut-off it used (now() - age), so the statements that
+// follow touch only rows dispatched before it: a row re-dispatched since
+// has a later dispatched_at.
 const sqlStuckAggregates = `
-SELECT aggregate_type, aggregate_id
+SELECT aggregate_type, aggregate_id, now() - $1::interval
 FROM outbox_events
 WHERE status = 'dispatched' AND dispatched_at < now() - $1::interval
 GROUP BY aggregate_type, aggregate_id
@@ -288,26 +291,78 @@ ORDER BY min(dispatched_at)
 LIMIT 1000`
 
 // StuckAggregates lists at most 1000 aggregates with rows dispatched more
-// than age ago, the longest stuck first.
-func StuckAggregates(ctx context.Context, db Queryer, age time.Duration) ([]AggregateKey, error) {
+// than age ago, the longest stuck first, and the cut-off it used: rows
+// dispatched before it count as stuck (pass it to StuckRows and the
+// Redispatch functions). The cut-off is zero when nothing is stuck.
+func StuckAggregates(ctx context.Context, db Queryer, age time.Duration) (keys []AggregateKey, before time.Time, err error) {
 	rows, err := db.Query(ctx, sqlStuckAggregates, age)
+	if err != nil {
+		return nil, before, err
+	}
+	keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AggregateKey, error) {
+		var k AggregateKey
+		return k, r.Scan(&k.Type, &k.ID, &before)
+	})
+	return keys, before, err
+}
+
+// StuckRow is one dispatched row StuckRows found.
+type StuckRow struct {
+	ID           string
+	Version      int64
+	DispatchedAt time.Time
+}
+
+// sqlStuckRows reads one aggregate's rows dispatched before $3 through the
+// (aggregate_type, aggregate_id, aggregate_version) index.
+const sqlStuckRows = `
+SELECT id::text, aggregate_version, dispatched_at FROM outbox_events
+WHERE aggregate_type = $1 AND aggregate_id = $2
+  AND status = 'dispatched' AND dispatched_at < $3
+ORDER BY aggregate_version
+LIMIT 1000`
+
+// StuckRows lists at most 1000 of the aggregate's rows dispatched before
+// the cut-off, versions ascending.
+func StuckRows(ctx context.Context, db Queryer, aggregateType, aggregateID string, before time.Time) ([]StuckRow, error) {
+	rows, err := db.Query(ctx, sqlStuckRows, aggregateType, aggregateID, before)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, scanAggregateKey)
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (StuckRow, error) {
+		var s StuckRow
+		return s, r.Scan(&s.ID, &s.Version, &s.DispatchedAt)
+	})
 }
 
-// sqlRedispatch sets an aggregate's long-dispatched rows back to pending.
-const sqlRedispatch = `
+// sqlRedispatchAggregate sets an aggregate's rows dispatched before the
+// cut-off back to pending, for the poller to claim at once.
+const sqlRedispatchAggregate = `
 UPDATE outbox_events
 SET status = 'pending', next_attempt_at = now(), last_error = $4
 WHERE aggregate_type = $1 AND aggregate_id = $2
-  AND status = 'dispatched' AND dispatched_at < now() - $3::interval`
+  AND status = 'dispatched' AND dispatched_at < $3`
 
-// Redispatch sets the aggregate's rows dispatched more than age ago back
-// to pending, with msg as their last_error, and returns how many.
-func Redispatch(ctx context.Context, db Execer, aggregateType, aggregateID string, age time.Duration, msg string) (int64, error) {
-	tag, err := db.Exec(ctx, sqlRedispatch, aggregateType, aggregateID, age, msg)
+// RedispatchAggregate sets the aggregate's rows dispatched before the
+// cut-off back to pending, with msg as their last_error, and returns how
+// many. Call it only when no run of the aggregate's workflow is open.
+func RedispatchAggregate(ctx context.Context, db Execer, aggregateType, aggregateID string, before time.Time, msg string) (int64, error) {
+	tag, err := db.Exec(ctx, sqlRedispatchAggregate, aggregateType, aggregateID, before, msg)
+	return tag.RowsAffected(), err
+}
+
+// sqlRedispatchRows sets the given rows back to pending when they are
+// still the dispatches that were looked at (dispatched before the cut-off).
+const sqlRedispatchRows = `
+UPDATE outbox_events
+SET status = 'pending', next_attempt_at = now(), last_error = $3
+WHERE id = ANY($1::uuid[]) AND status = 'dispatched' AND dispatched_at < $2`
+
+// RedispatchRows sets those of the rows ids that are still dispatched
+// before the cut-off back to pending, with msg as their last_error, and
+// returns how many.
+func RedispatchRows(ctx context.Context, db Execer, ids []string, before time.Time, msg string) (int64, error) {
+	tag, err := db.Exec(ctx, sqlRedispatchRows, ids, before, msg)
 	return tag.RowsAffected(), err
 }
 

@@ -98,6 +98,71 @@ func TestDeliveryFunctionsKeepTheirContracts(t *testing.T) {
 	require.ErrorIs(t, err, pgx.ErrNoRows)
 }
 
+// The reconciler's statements touch only the dispatches a pass looked at:
+// a row dispatched after the pass's cut-off (re-dispatched meanwhile, to a
+// run that holds it) stays dispatched, as do other statuses and other
+// aggregates.
+func TestRedispatchKeepsToTheCutOff(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	insert := func(aggID, status string, ago time.Duration) string {
+		var id string
+		require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, dispatched_at)
+			VALUES ('order', $1, 'created', '{}', $2, now() - $3::interval) RETURNING id::text`, aggID, status, ago).Scan(&id))
+		return id
+	}
+	old1, old2 := insert("o-1", "dispatched", time.Hour), insert("o-1", "dispatched", time.Hour)
+	insert("o-1", "quarantined", time.Hour)
+	other := insert("o-2", "dispatched", 2*time.Hour)
+
+	keys, before, err := outbox.StuckAggregates(ctx, db.Pool, 30*time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []outbox.AggregateKey{{Type: "order", ID: "o-2"}, {Type: "order", ID: "o-1"}}, keys, "the longest stuck first")
+	require.WithinDuration(t, time.Now().Add(-30*time.Minute), before, time.Minute)
+	rows, err := outbox.StuckRows(ctx, db.Pool, "order", "o-1", before)
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, []int64{1, 2}, []int64{rows[0].Version, rows[1].Version})
+	require.Equal(t, old1, rows[0].ID)
+
+	// old2 is re-dispatched after the pass looked: its dispatched_at moves.
+	_, err = db.Pool.Exec(ctx, `UPDATE outbox_events SET dispatched_at = now() WHERE id = $1`, old2)
+	require.NoError(t, err)
+	n, err := outbox.RedispatchRows(ctx, db.Pool, []string{old1, old2}, before, "test")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "old2 was re-dispatched since the pass looked")
+	n, err = outbox.RedispatchRows(ctx, db.Pool, []string{old1}, before, "again")
+	require.NoError(t, err)
+	require.Zero(t, n, "pending now, not dispatched")
+	n, err = outbox.RedispatchAggregate(ctx, db.Pool, "order", "o-1", before, "test")
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing of o-1 left dispatched before the cut-off")
+	n, err = outbox.RedispatchAggregate(ctx, db.Pool, "order", "o-2", before, "workflow gone")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+
+	var status, lastError string
+	var due bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT status, last_error, next_attempt_at <= now() FROM outbox_events WHERE id = $1`, other).Scan(&status, &lastError, &due))
+	require.Equal(t, "pending", status)
+	require.Equal(t, "workflow gone", lastError)
+	require.True(t, due, "claimable at once")
+	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'quarantined'`))
+	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'dispatched'`))
+
+	_, before, err = outbox.StuckAggregates(ctx, db.Pool, 30*time.Minute)
+	require.NoError(t, err)
+	require.True(t, before.IsZero(), "nothing stuck: no cut-off")
+}
+
+func countRows(t *testing.T, db *testenv.DB, query string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), query).Scan(&n))
+	return n
+}
+
 // The drift check's advice quotes the aggregate's literals.
 func TestAdviceQuotesLiterals(t *testing.T) {
 	t.Parallel()

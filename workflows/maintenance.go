@@ -17,8 +17,8 @@ const (
 	RetentionScheduleID   = "ferry-retention"
 	PurgeActivity         = "ferry.PurgeOutbox"
 
-	// ReconcileWorkflowName re-dispatches rows whose aggregate workflow is
-	// gone (ReconcileInput), run by the schedule
+	// ReconcileWorkflowName re-dispatches rows no open run of their
+	// aggregate's workflow holds (ReconcileInput), run by the schedule
 	// "<ReconcileScheduleID>/<task queue>".
 	ReconcileWorkflowName = "ferry.Reconcile"
 	ReconcileScheduleID   = "ferry-reconcile"
@@ -48,7 +48,9 @@ const (
 	DriftWorkflowAhead = "workflow_ahead"
 	// DriftSignalLost: rows are dispatched to a running workflow that does
 	// not hold them (not pending, not being published, above its delivered
-	// version): the signal did not reach this run.
+	// version): the signal did not reach this run. The reconciler repairs
+	// those dispatched before the run started (a run that ended held
+	// them) once they are older than ReconcileInput.OlderThan.
 	DriftSignalLost = "signal_lost"
 	// DriftBelowCursor: rows at or below delivered_version are still
 	// pending or dispatched; no run will publish them (each resumes after
@@ -115,11 +117,17 @@ type ReconcileInput struct {
 type ReconcileResult struct {
 	// Checked aggregates with stuck dispatched rows.
 	Checked int `json:"checked"`
-	// Redispatched rows set back to pending because their aggregate
-	// workflow was not running.
+	// Redispatched rows set back to pending because no open run of their
+	// aggregate's workflow holds them: it has no open run, or the open one
+	// started after they were dispatched and does not hold them.
 	Redispatched int64 `json:"redispatched"`
 	// Aggregates (workflow ids) whose rows were re-dispatched.
 	Aggregates []string `json:"aggregates,omitempty"`
+	// Unchecked aggregates have an open run that started after some of
+	// their stuck rows were dispatched but did not answer its state query
+	// (no worker polls its task queue, or a timeout): left alone until the
+	// next run.
+	Unchecked int `json:"unchecked,omitempty"`
 	// Drift is the sampling check's report (nil when it was off, or in
 	// runs recorded before it existed).
 	Drift *DriftResult `json:"drift,omitempty"`
@@ -175,8 +183,8 @@ func Retention(ctx workflow.Context, in RetentionInput) (RetentionResult, error)
 	return res, err
 }
 
-// Reconcile re-dispatches rows whose aggregate workflow is not running,
-// then compares a sample of aggregates' rows with their workflows' state
+// Reconcile re-dispatches rows no open run of their aggregate's workflow
+// holds (activities.Maintenance.ReconcileDispatches says when), then compares a sample of aggregates' rows with their workflows' state
 // and reports drift: one warning per drifted aggregate, saying what
 // differs and what to do, and the list in the result.
 func Reconcile(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error) {
@@ -188,7 +196,8 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error)
 		return res, err
 	}
 	if res.Redispatched > 0 {
-		logger.Warn("re-dispatched rows of aggregates whose workflow was gone",
+		// A log line is no command: recorded histories replay either way.
+		logger.Warn("re-dispatched rows no open run of their aggregate workflow held",
 			"rows", res.Redispatched, "aggregates", res.Aggregates)
 	}
 	// Runs that started before the drift check existed end here.

@@ -120,6 +120,9 @@ func retentionSummary(r workflows.RetentionResult) string {
 
 func reconcileSummary(r workflows.ReconcileResult) string {
 	s := fmt.Sprintf("re-dispatched %d rows", r.Redispatched)
+	if r.Unchecked > 0 {
+		s += fmt.Sprintf(" (%d open runs did not answer)", r.Unchecked)
+	}
 	if d := r.Drift; d != nil {
 		s += fmt.Sprintf("; drift check: %d of %d sampled aggregates drifted", len(d.Drifted), d.Sampled)
 		if d.Unchecked > 0 {
