@@ -152,10 +152,16 @@ func (r *Relay) catchUpLoop(ctx context.Context) {
 
 // sqlNextDue is how long until the first pending row becomes claimable,
 // on the database's clock (the claim's), through the pending rows' index
-// on next_attempt_at (0001). NULL when none waits.
+// on next_attempt_at (0001). NULL when none waits. A delayed row that
+// became due in the last second and is still pending counts too, at a
+// negative time (a pass at once): it can have become due between the
+// pass's claim and this query, and no later due time would bring it before
+// the CatchUpInterval. Undelayed rows due already are the stream's, and a
+// pass for them would only repeat its work.
 const sqlNextDue = `
 SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM outbox_events
-WHERE status = 'pending' AND next_attempt_at > now()`
+WHERE status = 'pending' AND next_attempt_at > now() - interval '1 second'
+  AND (next_attempt_at > now() OR deliver_after IS NOT NULL)`
 
 // dueMargin is added to a due time: the claim's now() must be past it.
 const dueMargin = 5 * time.Millisecond
