@@ -84,7 +84,7 @@ bench: build-ferry bench-bin ## Ferry vs. a plain relay, full size, 3 reps: tabl
 	./$(BIN)/ferry-bench $(BENCH_FLAGS)
 
 .PHONY: bench-quick
-bench-quick: build-ferry bench-bin ## The benchmark at 1/10 size, 1 rep (about 3 min with the builds)
+bench-quick: build-ferry bench-bin ## The benchmark at 1/10 size, 1 rep (about 4 min, plus the builds)
 	./$(BIN)/ferry-bench -scale 0.1 -reps 1 -duration 10s -commit-duration 3s $(BENCH_FLAGS)
 
 .PHONY: bench-bin

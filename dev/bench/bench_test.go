@@ -185,6 +185,9 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	c, err = Config{Workloads: []string{WorkloadCeiling, WorkloadOnePerAgg}}.WithDefaults()
 	require.NoError(t, err)
 	require.Equal(t, []string{WorkloadOnePerAgg, WorkloadCeiling}, c.Workloads, "the ceiling runs next to the workload it is compared with")
+	c, err = Config{Workloads: []string{WorkloadOnePerAgg, WorkloadBurstStartNoBroker, WorkloadBurstStart, WorkloadBurst}}.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, []string{WorkloadBurst, WorkloadBurstStart, WorkloadBurstStartNoBroker, WorkloadOnePerAgg}, c.Workloads, "the destination's workloads run next to burst")
 	require.Equal(t, 1_000, ceilingWorkflows(0.1), "as many runs as one-per-agg starts")
 	c, err = Config{FerryBin: "out/ferry", TemporalPostgresURL: "postgres://h/postgres", TemporalCluster: 2}.WithDefaults()
 	require.NoError(t, err)
@@ -216,6 +219,12 @@ func TestShapes(t *testing.T) {
 	require.Equal(t, 5_000, shapeOf(WorkloadHot, 1).events(0))
 	require.Equal(t, 100_000, shapeOf(WorkloadBacklog, 1).events(0))
 	require.Equal(t, 1_000, shapeOf(WorkloadBurst, 0.1).events(0))
+	require.Equal(t, 2_000, shapeOf(WorkloadBurstStart, 1).events(0))
+	require.Equal(t, 200, shapeOf(WorkloadBurstStartNoBroker, 0.1).events(0), "bench-quick: 200 workflow starts per Ferry run")
+	require.True(t, shapeOf(WorkloadBurstStart, 1).destination)
+	require.False(t, shapeOf(WorkloadBurstStart, 1).noBroker)
+	require.True(t, shapeOf(WorkloadBurstStartNoBroker, 1).noBroker)
+	require.False(t, shapeOf(WorkloadBurst, 1).destination)
 	require.Equal(t, 3_000, shapeOf(WorkloadSteady500, 1).events(6*time.Second))
 	require.Equal(t, 1, shapeOf(WorkloadHot, 0.0001).txs, "scaled down, a workload keeps at least one transaction")
 	require.Equal(t, "1,000 aggregates × 10 events, 1 KiB payloads, one transaction per aggregate", shapeOf(WorkloadBurst, 1).what)
@@ -229,7 +238,7 @@ func sampleResults() *Results {
 	cfg, _ := Config{Reps: 1, PostgresURL: "postgres://bench:s3cret@db/x", AMQPURL: "amqp://guest:hunter2@mq/"}.WithDefaults()
 	res := &Results{Config: cfg, Duration: 90 * time.Second, Machine: Machine{CPUs: 2, CPUModel: "test CPU", LoadAtStart: "1.00 1.00 1.00"}}
 	// Server counts per event of the Ferry runs: state transitions, actions.
-	perEvent := map[string][2]float64{WorkloadBurst: {0.15, 0.3}, WorkloadOnePerAgg: {6, 3}}
+	perEvent := map[string][2]float64{WorkloadBurst: {0.15, 0.3}, WorkloadBurstStart: {3.2, 1.2}, WorkloadOnePerAgg: {6, 3}}
 	run := func(w, sys string, eps float64, p99 time.Duration, hist float64) RunResult {
 		r := RunResult{Workload: w, System: sys, Rep: 1, Events: 1000, Throughput: eps,
 			Latency: Latency{P50: p99 / 4, P95: p99 / 2, P99: p99, Max: 2 * p99, N: 1000},
@@ -251,6 +260,8 @@ func sampleResults() *Results {
 	}
 	res.Runs = []RunResult{
 		run(WorkloadBurst, SystemFerry, 600, ms(900), 1.8), run(WorkloadBurst, SystemPlain, 1000, ms(300), 0),
+		run(WorkloadBurstStart, SystemFerry, 120, ms(1500), 1.8), run(WorkloadBurstStart, SystemPlain, 1000, ms(300), 0),
+		run(WorkloadBurstStartNoBroker, SystemFerry, 130, ms(1400), 1.8), run(WorkloadBurstStartNoBroker, SystemPlain, 1000, ms(300), 0),
 		run(WorkloadOnePerAgg, SystemFerry, 200, ms(900), 5), run(WorkloadOnePerAgg, SystemPlain, 1000, ms(90), 0),
 		run(WorkloadHot, SystemFerry, 300, ms(900), 1.5), run(WorkloadHot, SystemPlain, 1000, ms(90), 0),
 		run(WorkloadSteady100, SystemFerry, 100, ms(300), 3), run(WorkloadSteady100, SystemPlain, 100, ms(20), 0),
@@ -336,6 +347,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 		"got p99 300ms (after the first 10s: p99 150ms)",
 		"+ a plain second row (reference: any insert)", "1,700", "a plain second row costs 15%",
 		"Temporal's own count of its work per event", "6.00", "billed actions:", "The same in all", "6,000",
+		"burst-start: received = the row marked published", "burst-start-no-broker: received = the row marked published", "3.20", "0.12×",
 		"Engine ceiling: 1,000 trivial workflows", "signal-with-start", "eager start", "100%", "= 67% of the signal-with-start ceiling, 40% of the eager start ceiling",
 	} {
 		require.Contains(t, text, want)
@@ -360,7 +372,7 @@ func TestWriteTableAndJSON(t *testing.T) {
 		Targets []Target `json:"targets"`
 	}
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
-	require.Len(t, back.Workloads, 6)
+	require.Len(t, back.Workloads, 8)
 	require.Equal(t, "burst", back.Workloads[0].Name)
 	require.Equal(t, 600.0, back.Workloads[0].Ferry.Throughput)
 	require.Equal(t, ms(900).Nanoseconds(), back.Workloads[0].Ferry.Latency.P99)

@@ -14,8 +14,9 @@ import (
 
 // Config configures a benchmark run. Main fills it from flags.
 type Config struct {
-	// Scale multiplies the event counts of the burst, one-per-agg, hot and
-	// backlog workloads and the ceiling's workflows. Default 1.
+	// Scale multiplies the event counts of the burst, burst-start,
+	// one-per-agg, hot and backlog workloads and the ceiling's workflows.
+	// Default 1.
 	Scale float64
 	// Reps is how often each workload runs per system; figures are medians.
 	// Default 3.
@@ -104,20 +105,26 @@ type Config struct {
 
 // Workload names, in the order they run.
 const (
-	WorkloadCommit    = "commit"
-	WorkloadBurst     = "burst"
-	WorkloadOnePerAgg = "one-per-agg"
-	WorkloadCeiling   = "ceiling"
-	WorkloadHot       = "hot"
-	WorkloadSteady100 = "steady-100"
-	WorkloadSteady500 = "steady-500"
-	WorkloadBacklog   = "backlog"
+	WorkloadCommit = "commit"
+	WorkloadBurst  = "burst"
+	// WorkloadBurstStart routes every event to a start workflow
+	// destination as well as to RabbitMQ; WorkloadBurstStartNoBroker to
+	// the destination alone (ferry run --no-broker). See destination.go.
+	WorkloadBurstStart         = "burst-start"
+	WorkloadBurstStartNoBroker = "burst-start-no-broker"
+	WorkloadOnePerAgg          = "one-per-agg"
+	WorkloadCeiling            = "ceiling"
+	WorkloadHot                = "hot"
+	WorkloadSteady100          = "steady-100"
+	WorkloadSteady500          = "steady-500"
+	WorkloadBacklog            = "backlog"
 )
 
 // WorkloadNames lists every workload in run order.
-// The ceiling runs next to one-per-agg, which it is compared with, on a
-// Temporal database of about the same size.
-var WorkloadNames = []string{WorkloadCommit, WorkloadBurst, WorkloadOnePerAgg, WorkloadCeiling, WorkloadHot, WorkloadSteady100, WorkloadSteady500, WorkloadBacklog}
+// The start destination's workloads run next to burst, which they are
+// compared with; the ceiling next to one-per-agg, which it is compared
+// with, on a Temporal database of about the same size.
+var WorkloadNames = []string{WorkloadCommit, WorkloadBurst, WorkloadBurstStart, WorkloadBurstStartNoBroker, WorkloadOnePerAgg, WorkloadCeiling, WorkloadHot, WorkloadSteady100, WorkloadSteady500, WorkloadBacklog}
 
 // Systems under test.
 const (
@@ -264,6 +271,12 @@ type shape struct {
 	rate float64
 	// backlog: every event is committed before the system starts.
 	backlog bool
+	// destination: Ferry delivers every event to a start workflow
+	// destination (destinationRoute), and an event counts as delivered
+	// when its row is marked published, for every system (markWatch);
+	// noBroker: Ferry runs with --no-broker, so the destination is all it
+	// delivers to.
+	destination, noBroker bool
 }
 
 // events is how many events the shape commits (steady: the planned count).
@@ -296,6 +309,16 @@ func shapeOf(name string, scale float64) shape {
 		a := n(1000)
 		return shape{name: name, what: fmt.Sprintf("%s aggregates × 10 events, 1 KiB payloads, one transaction per aggregate", count(a)),
 			aggregates: a, eventsPerTx: 10, txs: a, payloadBytes: 1024}
+	case WorkloadBurstStart, WorkloadBurstStartNoBroker:
+		// A fifth of burst's aggregates: each event is a workflow start,
+		// which costs the engine about what a one-event aggregate does.
+		a := n(200)
+		to := "a start destination and RabbitMQ"
+		if name == WorkloadBurstStartNoBroker {
+			to = "a start destination alone (--no-broker)"
+		}
+		return shape{name: name, what: fmt.Sprintf("%s aggregates × 10 events, 1 KiB payloads, one transaction per aggregate; Ferry delivers each event to %s", count(a), to),
+			aggregates: a, eventsPerTx: 10, txs: a, payloadBytes: 1024, destination: true, noBroker: name == WorkloadBurstStartNoBroker}
 	case WorkloadOnePerAgg:
 		a := n(10000)
 		return shape{name: name, what: fmt.Sprintf("%s aggregates × 1 event, one transaction each", count(a)),

@@ -26,7 +26,11 @@
 // bytes (pg_current_wal_lsn) and, on the bench's own cluster, the CPU time
 // of its processes from /proc. The ceiling workload measures the engine
 // alone: trivial workflows started one per ID and completed at once, by a
-// worker in the bench process.
+// worker in the bench process. The burst-start workloads route every
+// event to a start workflow destination as well (or, with --no-broker,
+// instead of RabbitMQ): a workflow that completes at once, run by a worker
+// in the bench process on the run's own task queue; there an event counts
+// as delivered when its row is marked published, for both systems.
 //
 // The package owns the workloads, the measurement and the report (table,
 // JSON, PNG). It does not link the Temporal server, so the plain relay,

@@ -37,7 +37,7 @@ Flags:
 `, strings.Join(WorkloadNames, ", "))
 		fs.PrintDefaults()
 	}
-	fs.Float64Var(&cfg.Scale, "scale", 1, "multiply the event counts of burst, one-per-agg, hot and backlog, and the ceiling's workflows (0.1 for a quick run)")
+	fs.Float64Var(&cfg.Scale, "scale", 1, "multiply the event counts of burst, burst-start, one-per-agg, hot and backlog, and the ceiling's workflows (0.1 for a quick run)")
 	fs.IntVar(&cfg.Reps, "reps", 3, "runs per workload and system; the table shows medians")
 	fs.StringVar(&workloads, "workloads", strings.Join(WorkloadNames, ","), "comma-separated workloads to run")
 	fs.StringVar(&systems, "systems", "ferry,plain", "comma-separated systems: ferry, plain")
@@ -154,7 +154,8 @@ func env(name, def string) string {
 func ferryEnv() []string {
 	own := map[string]bool{"FERRY_POSTGRES_URL": true, "FERRY_AMQP_URL": true, "FERRY_TEMPORAL_ADDRESS": true,
 		"FERRY_TEMPORAL_NAMESPACE": true, "FERRY_EXCHANGE": true, "FERRY_TASK_QUEUE": true, "FERRY_NO_SCHEDULES": true, "FERRY_LOG_LEVEL": true,
-		"FERRY_SOURCE": true, "FERRY_WAL_SLOT": true, "FERRY_WAL_PUBLICATION": true}
+		"FERRY_SOURCE": true, "FERRY_WAL_SLOT": true, "FERRY_WAL_PUBLICATION": true,
+		"FERRY_DESTINATIONS": true, "FERRY_NO_BROKER": true}
 	var out []string
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")

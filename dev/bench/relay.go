@@ -183,10 +183,12 @@ ORDER BY e.next_attempt_at
 LIMIT $1
 FOR UPDATE OF e SKIP LOCKED`
 
-// sqlRelayMark marks the published rows and advances each aggregate's
-// delivered version, as Ferry's publish activity does.
+// sqlRelayMarkEvents marks the published rows; sqlRelayMarkAggregates
+// advances each aggregate's delivered version, as Ferry's publish activity
+// does. published_at is the statement's time, not the transaction's
+// (now(), the claim's): the burst-start workloads time a delivery by it.
 const sqlRelayMarkEvents = `
-UPDATE outbox_events SET status = 'published', published_at = now(), attempts = attempts + 1
+UPDATE outbox_events SET status = 'published', published_at = statement_timestamp(), attempts = attempts + 1
 WHERE id = ANY($1::uuid[])`
 
 const sqlRelayMarkAggregates = `

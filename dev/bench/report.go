@@ -55,7 +55,9 @@ type RunResult struct {
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	// Throughput is events received / ElapsedSeconds.
 	Throughput float64 `json:"events_per_second"`
-	// Latency is commit → first receipt by the consumer.
+	// Latency is commit → first receipt by the consumer; on a destination
+	// workload (burst-start) commit → the row marked published, for every
+	// system.
 	Latency Latency `json:"latency"`
 	// Warm is Latency of the events committed after the first WarmUp of a
 	// steady-rate run: the start, where every aggregate's workflow is

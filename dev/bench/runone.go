@@ -29,7 +29,15 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	}
 	pgStart, errPG := readPostgres(ctx, r.pool, r.cfg.Schema, r.postmaster)
 	tally := NewTally(aggType)
-	r.consumer.Count(tally)
+	// received is how many events were delivered so far: received by the
+	// consumer, or on a destination workload marked published (the
+	// receipts go to the tally once the run is over, addMarks).
+	received := tally.Received
+	if s.destination {
+		r.consumer.Count(nil) // what RabbitMQ gets is not what this workload times
+	} else {
+		r.consumer.Count(tally)
+	}
 	commits := newCommits()
 
 	if s.backlog {
@@ -42,11 +50,22 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	if err := r.waitIdle(ctx); err != nil {
 		return res, err
 	}
+	var dest *destWorker
+	if s.destination && system == SystemFerry {
+		// Started before the first reading of the server's counts, as
+		// the ceiling's: its first polls are not the run's work.
+		d, err := startDestWorker(r.tc, destQueue(seq))
+		if err != nil {
+			return res, err
+		}
+		dest = d
+		defer dest.stop()
+	}
 	var before *metricsReading
 	if system == SystemFerry && r.temporal != nil {
 		before = r.scrapeCost(ctx)
 	}
-	sys, err := r.startSystem(ctx, e, seq)
+	sys, err := r.startSystem(ctx, e, seq, destinationEnv(s, aggType, seq))
 	if err != nil {
 		return res, err
 	}
@@ -84,11 +103,16 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	var mem []memPoint
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
+	var marks *markWatch
+	if s.destination {
+		marks = watchMarks(sampleCtx, r.pool)
+		received = marks.count
+	}
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for sleepCtx(sampleCtx, 500*time.Millisecond) {
-			p := memPoint{Received: tally.Received()}
+			p := memPoint{Received: received()}
 			if ps, err := ReadProc(sys.pid()); err == nil {
 				p.RelayMiB = mib(ps.RSS)
 			}
@@ -130,7 +154,7 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 			default:
 			}
 		}
-		got := tally.Received()
+		got := received()
 		if got != lastCount {
 			lastCount, lastChange = got, time.Now()
 		}
@@ -173,6 +197,14 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	}
 	stopSampling()
 	<-sampled
+	if marks != nil {
+		<-marks.done
+		rows, err := readMarks(ctx, r.pool)
+		if err != nil {
+			return res, err
+		}
+		addMarks(tally, aggType, rows)
+	}
 	if produceErr != nil {
 		return res, fmt.Errorf("%s · %s: producer: %w", s.name, e.name(), produceErr)
 	}
@@ -223,6 +255,14 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 		res.Problem = fmt.Sprintf("%s exited during the run; see %s", sys.name, sys.log.Name())
 	case stalled:
 		res.Problem = fmt.Sprintf("nothing arrived for %s: stopped waiting with %s of %s events received", r.cfg.StallTimeout, count(tally.Received()), count(res.Events))
+	}
+	if dest != nil {
+		// Marked published means Temporal took the start; the bench's
+		// worker running every started workflow shows it did.
+		want := res.Events - verdict.Lost
+		if ran := dest.wait(ctx, want, r.cfg.StallTimeout); ran < want && res.Problem == "" {
+			res.Problem = fmt.Sprintf("the destination's worker ran %s of the %s workflows started", count(ran), count(want))
+		}
 	}
 
 	if system == SystemFerry && r.tc != nil {

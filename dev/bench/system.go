@@ -10,8 +10,8 @@ import (
 )
 
 // startSystem starts the system under test in its own process and waits
-// until it is ready.
-func (r *runner) startSystem(ctx context.Context, e entry, seq int) (*child, error) {
+// until it is ready. A Ferry process also gets ferryExtra.
+func (r *runner) startSystem(ctx context.Context, e entry, seq int, ferryExtra []string) (*child, error) {
 	logPath := filepath.Join(r.cfg.OutDir, "logs", fmt.Sprintf("run%02d-%s.log", seq, e.name()))
 	var c *child
 	var err error
@@ -19,7 +19,7 @@ func (r *runner) startSystem(ctx context.Context, e entry, seq int) (*child, err
 	switch e.system {
 	case SystemFerry:
 		ready = ferryReady
-		c, err = startChild("ferry run --source "+e.source, r.cfg.FerryBin, []string{"run"}, r.ferryEnv(e.source, seq), logPath, ready)
+		c, err = startChild("ferry run --source "+e.source, r.cfg.FerryBin, []string{"run"}, append(r.ferryEnv(e.source, seq), ferryExtra...), logPath, ready)
 	case SystemPlain:
 		ready = relayReady
 		c, err = startChild("plain relay", r.cfg.Self, nil, []string{

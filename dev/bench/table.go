@@ -46,6 +46,11 @@ func (res *Results) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  ‡ the relay finished within 25%% of the producer's own time: this is the producer's rate, not the relay's limit\n")
 		}
 		for _, ws := range res.Workloads {
+			if shapeOf(ws.Name, res.Config.Scale).destination {
+				fmt.Fprintf(w, "  %s: received = the row marked published (Ferry: after Temporal took the start; plain: after RabbitMQ's confirm), for every system\n", ws.Name)
+			}
+		}
+		for _, ws := range res.Workloads {
 			for _, s := range ws.ran() {
 				if s.Warm != nil {
 					fmt.Fprintf(w, "  %s %s after the first %s (every aggregate's first event in it): p50 %s, p95 %s, p99 %s, max %s\n",
