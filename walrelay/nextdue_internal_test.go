@@ -29,7 +29,8 @@ func TestNextPassComesAtTheDueTime(t *testing.T) {
 
 	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'fresh', 'changed', '{}')`)
 	require.NoError(t, err)
-	require.Equal(t, latest, r.nextPass(ctx, latest), "an undelayed row due now is the stream's")
+	insert("now", "0 seconds")
+	require.Equal(t, latest, r.nextPass(ctx, latest), "rows due when written are the stream's")
 
 	insert("later", "10 seconds")
 	next := r.nextPass(ctx, latest)
@@ -37,6 +38,8 @@ func TestNextPassComesAtTheDueTime(t *testing.T) {
 
 	// A delayed row whose time passed a moment ago, still pending: the
 	// pass that ran before its time did not take it.
-	insert("missed", "-200 milliseconds")
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at, deliver_after)
+		VALUES ('order', 'missed', 'changed', '{}', now() - interval '2 seconds', now() - interval '200 milliseconds')`)
+	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), r.nextPass(ctx, latest), 500*time.Millisecond, "at once")
 }

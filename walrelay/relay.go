@@ -152,19 +152,23 @@ func (r *Relay) catchUpLoop(ctx context.Context) {
 
 // sqlNextDue is how long until the first pending row becomes claimable,
 // on the database's clock (the claim's), through the pending rows' index
-// on next_attempt_at (0001). NULL when none waits. A delayed row that
+// on next_attempt_at (0001). NULL when none waits. A row the stream left
+// to the pass (due after it was written: deliver_after > created_at) that
 // became due in the last second and is still pending counts too, at a
 // negative time (a pass at once): it can have become due between the
 // pass's claim and this query, and no later due time would bring it before
-// the CatchUpInterval. Undelayed rows due already are the stream's, and a
-// pass for them would only repeat its work.
+// the CatchUpInterval. Rows due when written are the stream's, and a pass
+// for them would only repeat its work.
 const sqlNextDue = `
 SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM outbox_events
 WHERE status = 'pending' AND next_attempt_at > now() - interval '1 second'
-  AND (next_attempt_at > now() OR deliver_after IS NOT NULL)`
+  AND (next_attempt_at > now() OR deliver_after > created_at)`
 
 // dueMargin is added to a due time: the claim's now() must be past it.
 const dueMargin = 5 * time.Millisecond
+
+// overdueSpacing is the wait before a pass for a row that is due already.
+const overdueSpacing = 50 * time.Millisecond
 
 // nextPass is when the next catch-up pass runs: when the first pending row
 // becomes claimable, or at latest (also when the outbox cannot be read;
@@ -174,7 +178,14 @@ func (r *Relay) nextPass(ctx context.Context, latest time.Time) time.Time {
 	if err := r.cfg.Pool.QueryRow(ctx, sqlNextDue).Scan(&secs); err != nil || secs == nil {
 		return latest
 	}
-	due := time.Now().Add(time.Duration(*secs*float64(time.Second)) + dueMargin)
+	wait := time.Duration(*secs*float64(time.Second)) + dueMargin
+	if *secs <= 0 {
+		// Due already and left pending by the pass that just ran: the
+		// next one a moment later, so a row the claim cannot take (a
+		// lock, a failed dispatch) never spins the loop.
+		wait = overdueSpacing
+	}
+	due := time.Now().Add(wait)
 	if due.Before(latest) {
 		return due
 	}
