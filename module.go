@@ -12,9 +12,11 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
@@ -63,7 +65,7 @@ var (
 	// Temporal provides a client.Client from the TemporalConfig in the
 	// graph (optional: without one, the local default), carrying Temporal's
 	// OpenTelemetry interceptor. fx closes it on stop.
-	Temporal = fx.Module("ferry.temporal", fx.Provide(newTemporalClient))
+	Temporal = fx.Module("ferry.temporal", fx.Provide(newTemporalClient, newPayloadConverter))
 	// Metrics provides Ferry's counters, which Poller and Worker count
 	// into, and the outbox collector (backlog, oldest age, table size; see
 	// docs/operating.md). With a prometheus.Registerer in the graph they go
@@ -147,6 +149,31 @@ func newTemporalClient(d temporalDeps) (client.Client, error) {
 	return c, nil
 }
 
+// PayloadConverter is, in an fx graph, the data converter Temporal's
+// client was dialled with (Deps.DataConverter): ferry.Temporal provides it
+// from TemporalConfig's codec keys. A service with a client of its own and
+// a payload codec supplies it (fx.Supply(ferry.PayloadConverter{…})), so
+// that workflow destinations' envelopes are encoded as the client would.
+type PayloadConverter struct {
+	// DataConverter; nil: Temporal's default.
+	DataConverter converter.DataConverter
+}
+
+type converterDeps struct {
+	fx.In
+
+	Config TemporalConfig `optional:"true"`
+}
+
+// newPayloadConverter is the converter newTemporalClient dials with.
+func newPayloadConverter(d converterDeps) (PayloadConverter, error) {
+	cdc, err := d.Config.Codec()
+	if err != nil || cdc == nil {
+		return PayloadConverter{}, err
+	}
+	return PayloadConverter{DataConverter: codec.DataConverter(cdc)}, nil
+}
+
 type pollerDeps struct {
 	fx.In
 
@@ -228,13 +255,17 @@ type workerDeps struct {
 	Temporal  client.Client
 	Publisher *broker.Publisher
 	// Upcast lifts payloads for workflow destinations (Deps.Upcast).
-	Upcast  *upcast.Registry     `optional:"true"`
-	Metrics *metrics.Metrics     `optional:"true"`
-	Maint   *metrics.Maintenance `optional:"true"`
+	Upcast *upcast.Registry `optional:"true"`
+	// Converter encodes workflow destinations' envelopes
+	// (Deps.DataConverter); ferry.Temporal provides it.
+	Converter PayloadConverter     `optional:"true"`
+	Metrics   *metrics.Metrics     `optional:"true"`
+	Maint     *metrics.Maintenance `optional:"true"`
 }
 
 func newWorkerConfig(d workerDeps) (worker.Config, error) {
-	return workerConfig(d.Config, d.Pool, d.Temporal, d.Publisher, d.Upcast, d.Metrics, d.Maint, tracerProvider(d.Shared.Tracer))
+	return workerConfig(d.Config, workerParts{pool: d.Pool, temporal: d.Temporal, pub: d.Publisher, up: d.Upcast,
+		dc: d.Converter.DataConverter, m: d.Metrics, mm: d.Maint, tp: tracerProvider(d.Shared.Tracer)})
 }
 
 type metricsDeps struct {

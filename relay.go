@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -29,6 +30,12 @@ type Deps struct {
 	Temporal client.Client
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// DataConverter is the one Temporal was dialled with, when not
+	// Temporal's default (a payload codec: codec.ClientOptions). Workflow
+	// destinations encode their envelopes with it, since Ferry calls the
+	// workflow API past the client's own converter. Nil: Temporal's
+	// default.
+	DataConverter converter.DataConverter
 	// Upcast, when set, lifts payloads to their current schema version
 	// before they reach workflow destinations (Config.Destinations); the
 	// broker gets them as written. Nil: payloads as written.
@@ -97,7 +104,8 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 		if r.pub, err = newPublisher(cfg); err != nil {
 			return nil, err
 		}
-		wcfg, err := workerConfig(cfg, deps.Pool, deps.Temporal, r.pub, deps.Upcast, m, mm, nil)
+		wcfg, err := workerConfig(cfg, workerParts{pool: deps.Pool, temporal: deps.Temporal, pub: r.pub,
+			up: deps.Upcast, dc: deps.DataConverter, m: m, mm: mm})
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
@@ -33,15 +34,29 @@ func newPublisher(cfg Config) (*broker.Publisher, error) {
 		MaxMessageBytes: cfg.MaxMessageBytes})
 }
 
-// workerConfig is the worker's configuration over pool, Temporal and the
-// publisher; its activities count into m and mm (either may be nil); tp,
-// when nil, is the global provider (activities' default).
-func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.Publisher, up *upcast.Registry, m *metrics.Metrics, mm *metrics.Maintenance, tp trace.TracerProvider) (worker.Config, error) {
+// workerParts are what the worker is built over besides its Config.
+type workerParts struct {
+	pool     *pgxpool.Pool
+	temporal client.Client
+	// pub is nil without a broker (Config.NoBroker).
+	pub *broker.Publisher
+	// up and dc may be nil: no upcasting, Temporal's default converter.
+	up *upcast.Registry
+	dc converter.DataConverter
+	// m and mm may be nil: nothing counted.
+	m  *metrics.Metrics
+	mm *metrics.Maintenance
+	// tp, when nil, is the global provider (activities' default).
+	tp trace.TracerProvider
+}
+
+// workerConfig is the worker's configuration over p.
+func workerConfig(cfg Config, p workerParts) (worker.Config, error) {
 	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
 	if err != nil {
 		return worker.Config{}, err
 	}
-	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, pool, m)
+	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, p.pool, p.m)
 	if err != nil {
 		return worker.Config{}, err
 	}
@@ -49,13 +64,13 @@ func workerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, pub *broker.P
 	if err != nil {
 		return worker.Config{}, err
 	}
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub, NoBroker: cfg.NoBroker, Destinations: dests,
-		Namespace: cfg.Namespace, Upcast: up, RoutingKey: key, Effects: effectRoutes, Metrics: m,
-		MaintenanceMetrics: mm, Temporal: c, TracerProvider: tp})
+	acts, err := activities.New(activities.Config{Pool: p.pool, Publisher: p.pub, NoBroker: cfg.NoBroker, Destinations: dests,
+		Namespace: cfg.Namespace, Upcast: p.up, DataConverter: p.dc, RoutingKey: key, Effects: effectRoutes, Metrics: p.m,
+		MaintenanceMetrics: p.mm, Temporal: p.temporal, TracerProvider: p.tp})
 	if err != nil {
 		return worker.Config{}, err
 	}
-	wc := worker.Config{Temporal: c, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace,
+	wc := worker.Config{Temporal: p.temporal, Activities: acts, TaskQueue: cfg.TaskQueue, Namespace: cfg.Namespace,
 		Effects: effectRegistrars, WorkflowTaskPollers: cfg.WorkflowTaskPollers, Workflow: workflowSettings(cfg)}
 	if !cfg.NoSchedules {
 		wc.Schedules = &worker.Schedules{

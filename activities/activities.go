@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -36,6 +37,10 @@ type Config struct {
 	// Upcast lifts payloads for workflow destinations
 	// (PublishConfig.Upcast). Default: none.
 	Upcast *upcast.Registry
+	// DataConverter encodes what workflow destinations receive: the one
+	// Temporal was dialled with (PublishConfig.DataConverter). Default:
+	// Temporal's default.
+	DataConverter converter.DataConverter
 	// Metrics counts publishes, quarantines and repairs; nil counts
 	// nothing.
 	Metrics *metrics.Metrics
@@ -72,7 +77,7 @@ func New(cfg Config) (*Activities, error) {
 		return nil, errors.New("activities: Config.Pool is nil")
 	}
 	p, err := NewPublish(PublishConfig{Pool: cfg.Pool, Publisher: cfg.Publisher, NoBroker: cfg.NoBroker,
-		Destinations: cfg.Destinations, Temporal: cfg.Temporal, Namespace: cfg.Namespace, Upcast: cfg.Upcast,
+		Destinations: cfg.Destinations, Temporal: cfg.Temporal, Namespace: cfg.Namespace, Upcast: cfg.Upcast, DataConverter: cfg.DataConverter,
 		Metrics: cfg.Metrics.Relay(), TracerProvider: cfg.TracerProvider, RoutingKey: cfg.RoutingKey, Effects: cfg.Effects})
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/broker"
@@ -49,6 +50,10 @@ type PublishConfig struct {
 	// when Destinations has any.
 	Temporal  client.Client
 	Namespace string
+	// DataConverter encodes what destinations receive
+	// (destination.SenderConfig.DataConverter): Temporal's client's.
+	// Default: Temporal's default.
+	DataConverter converter.DataConverter
 	// Upcast, when set, lifts payloads to the current schema version
 	// before they go to workflow destinations (the broker gets them as
 	// written). Default: none, payloads as written.
@@ -93,7 +98,7 @@ func NewPublish(cfg PublishConfig) (*Publish, error) {
 	t := targets{router: cfg.Destinations, upcast: cfg.Upcast, noBroker: cfg.NoBroker, metrics: cfg.Metrics}
 	if cfg.Destinations.Len() > 0 {
 		var err error
-		if t.sender, err = destination.NewSender(destination.SenderConfig{Temporal: cfg.Temporal, Namespace: cfg.Namespace}); err != nil {
+		if t.sender, err = destination.NewSender(destination.SenderConfig{Temporal: cfg.Temporal, Namespace: cfg.Namespace, DataConverter: cfg.DataConverter}); err != nil {
 			return nil, fmt.Errorf("activities: PublishConfig.Destinations: %w", err)
 		}
 	}

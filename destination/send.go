@@ -23,6 +23,12 @@ type SenderConfig struct {
 	Namespace string
 	// Identity recorded on starts and signals. Default "ferry".
 	Identity string
+	// DataConverter encodes the envelope and the memo: the one Temporal
+	// was dialled with (a payload codec's, when Ferry encrypts what it
+	// writes into Temporal), since the workflow API is called directly,
+	// past the client's own converter. Default: Temporal's default
+	// (json/plain).
+	DataConverter converter.DataConverter
 }
 
 // Sender delivers envelopes to workflows. Safe for concurrent use.
@@ -44,8 +50,11 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if cfg.Identity == "" {
 		cfg.Identity = "ferry"
 	}
+	if cfg.DataConverter == nil {
+		cfg.DataConverter = converter.GetDefaultDataConverter()
+	}
 	return &Sender{svc: cfg.Temporal.WorkflowService(), namespace: cfg.Namespace, identity: cfg.Identity,
-		dc: converter.GetDefaultDataConverter()}, nil
+		dc: cfg.DataConverter}, nil
 }
 
 // Outcome is what a delivery found.

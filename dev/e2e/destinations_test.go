@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +18,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
@@ -465,4 +468,54 @@ func TestSignalRepeatedAfterTheWorkflowClosed(t *testing.T) {
 	}
 	require.Equal(t, 0, signals("once-C"), "the last run of once-C took no signal")
 	require.Equal(t, 1, signals("once-A"))
+}
+
+// With Ferry's payload codec on, what a destination receives is sealed
+// like everything else Ferry writes into Temporal: the started workflow's
+// input is encrypted in its history, and a worker with the same codec
+// reads the envelope.
+func TestDestinationEnvelopesAreSealedByTheCodec(t *testing.T) {
+	t.Parallel()
+	key, err := codec.ParseKey("e2e:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, codec.KeySize)))
+	require.NoError(t, err)
+	cdc, err := codec.New([]codec.Key{key})
+	require.NoError(t, err)
+	dc := codec.DataConverter(cdc)
+	sealed, err := client.NewClientFromExisting(tclient, client.Options{Namespace: namespace, DataConverter: dc, Logger: testenv.QuietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(sealed.Close)
+	tq := testenv.Name("user-tq")
+	w := sdkworker.New(sealed, tq, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(recorderWorkflow, workflow.RegisterOptions{Name: "E2ESealed"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	e := setup(t)
+	e.startFerry(t, ferryOpts{dataConverter: dc, destinations: []string{
+		fmt.Sprintf("%s.created=start:sealed,type=E2ESealed,queue=%s,id=sealed-{aggregate_id}", e.aggType, tq),
+	}})
+	ctx := context.Background()
+	id, err := e.commitType(ctx, "S", "created", false)
+	require.NoError(t, err)
+
+	var r recorded
+	waitFor(t, time.Minute, "the sealed workflow's envelope", func() bool {
+		v, err := sealed.QueryWorkflow(ctx, "sealed-S", "", recordedQuery)
+		return err == nil && v.Get(&r) == nil && len(r.Got) == 1
+	})
+	require.Equal(t, id, r.Got[0].EventID, "a worker with the codec reads the envelope")
+	require.JSONEq(t, fmt.Sprintf(`{"order":%q}`, id), string(r.Got[0].Payload))
+
+	iter := tclient.GetWorkflowHistory(ctx, "sealed-S", "", false, 0)
+	ev, err := iter.Next()
+	require.NoError(t, err)
+	started := ev.GetWorkflowExecutionStartedEventAttributes()
+	require.NotNil(t, started)
+	for _, p := range started.GetInput().GetPayloads() {
+		require.Equal(t, "binary/encrypted", string(p.GetMetadata()["encoding"]), "the input is sealed in the history")
+		require.NotContains(t, string(p.GetData()), id, "no event id in clear")
+	}
+	for k, p := range started.GetMemo().GetFields() {
+		require.Equal(t, "binary/encrypted", string(p.GetMetadata()["encoding"]), "memo %s is sealed", k)
+	}
 }

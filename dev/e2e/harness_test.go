@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/ferry-outbox/ferry/activities"
@@ -96,6 +97,8 @@ type ferryOpts struct {
 	// noBroker runs the worker without RabbitMQ.
 	destinations []string
 	noBroker     bool
+	// dataConverter encodes destinations' envelopes (a codec's).
+	dataConverter converter.DataConverter
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -144,6 +147,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	router, err := destination.NewRouter(dests)
 	require.NoError(t, err)
 	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, NoBroker: o.noBroker, Destinations: router, Namespace: namespace,
+		DataConverter: o.dataConverter,
 		Metrics: o.metrics, MaintenanceMetrics: o.maint, Temporal: workerClient, TracerProvider: o.tracer})
 	require.NoError(t, err)
 	if !o.noWorker {
