@@ -148,7 +148,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	require.NoError(t, err)
 	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, NoBroker: o.noBroker, Destinations: router, Namespace: namespace,
 		DataConverter: o.dataConverter,
-		Metrics: o.metrics, MaintenanceMetrics: o.maint, Temporal: workerClient, TracerProvider: o.tracer})
+		Metrics:       o.metrics, MaintenanceMetrics: o.maint, Temporal: workerClient, TracerProvider: o.tracer})
 	require.NoError(t, err)
 	if !o.noWorker {
 		w, err := worker.New(worker.Config{Temporal: workerClient, Activities: acts, TaskQueue: e.taskQueue, Schedules: o.schedules,
