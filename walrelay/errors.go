@@ -38,6 +38,7 @@ const (
 	codeObjectInUse       = "55006" // START_REPLICATION on an active slot
 	codeUndefinedObject   = "42704" // the slot does not exist
 	codeDuplicateObject   = "42710" // created concurrently by another process
+	codeUniqueViolation   = "23505" // the same, while the other transaction was open
 	codeUndefinedColumn   = "42703" // the outbox lacks a migration's column
 	codeConfigLimit       = "53400" // max_replication_slots reached
 	codeInsufficientPriv  = "42501" // no REPLICATION attribute

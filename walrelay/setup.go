@@ -103,7 +103,11 @@ func ensurePublication(ctx context.Context, pool *pgxpool.Pool, publication stri
 		if errors.As(err, &pg) && pg.Code == codeUndefinedColumn {
 			return fmt.Errorf("create publication %q: %w (run `ferry migrate`)", publication, err)
 		}
-		if err != nil && !(errors.As(err, &pg) && pg.Code == codeDuplicateObject) {
+		// Another relay creating it at the same moment: 42710 once its
+		// transaction has committed, 23505 on the catalog's unique index
+		// while it was still open.
+		raced := errors.As(err, &pg) && (pg.Code == codeDuplicateObject || pg.Code == codeUniqueViolation)
+		if err != nil && !raced {
 			return fmt.Errorf("create publication %q: %w", publication, err)
 		}
 		if err == nil {
