@@ -84,9 +84,11 @@ func (t *targets) deliver(ctx context.Context, id string, ev outbox.PublishRow, 
 }
 
 func (t *targets) deliverOne(ctx context.Context, rt destination.Route, env destination.Envelope) error {
-	ctx, _ = telemetry.PublishParent(ctx, env.TraceParent, env.TraceState)
-	_, span := t.tracer.Start(ctx, "ferry.deliver "+rt.Name,
+	// Parent and links as for a publish (telemetry.PublishParent).
+	ctx, links := telemetry.PublishParent(ctx, env.TraceParent, env.TraceState)
+	ctx, span := t.tracer.Start(ctx, "ferry.deliver "+rt.Name,
 		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(links...),
 		trace.WithAttributes(
 			attribute.String("ferry.destination", rt.Name),
 			attribute.String("ferry.destination.action", string(rt.Action)),

@@ -100,9 +100,11 @@ func (s *Sender) Deliver(ctx context.Context, rt Route, ev Envelope) (Outcome, e
 		return "", fmt.Errorf("%w: encode the envelope: %v", ErrPermanent, err)
 	}
 	requestID := RequestID(ev.EventID, rt.Name)
-	memo, err := s.memo(ev)
-	if err != nil {
-		return "", err
+	var memo *commonpb.Memo // only a started workflow keeps one
+	if rt.Action != Signal {
+		if memo, err = s.memo(ev); err != nil {
+			return "", err
+		}
 	}
 	switch rt.Action {
 	case Start:

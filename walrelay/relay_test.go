@@ -362,7 +362,7 @@ func TestQuietOutboxDoesNotPinWAL(t *testing.T) {
 func TestSlotDroppedBehindFerrysBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var logs syncBuffer
+	var logs testenv.Buffer
 	b.relay(t, walrelay.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	b.insert(t, false, "a")
 	waitFor(t, 30*time.Second, "streaming", func() bool { return len(b.rec.ids()) == 1 })
@@ -494,24 +494,6 @@ func TestDropSlot(t *testing.T) {
 	slot, pub, err = walrelay.DropSlot(ctx, b.db.Pool, walrelay.DefaultSlot, walrelay.DefaultPublication)
 	require.NoError(t, err)
 	require.False(t, slot || pub, "nothing left to drop")
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 // The slot's gauges: while Temporal refuses, the lag grows with the

@@ -41,7 +41,7 @@ func TestDevserverReportsATakenPort(t *testing.T) {
 			ports[tt.index] = strconv.Itoa(taken)
 
 			cmd := exec.Command(os.Args[0])
-			out := &syncBuffer{}
+			out := &testenv.Buffer{}
 			cmd.Stdout, cmd.Stderr = out, out
 			cmd.Env = append(os.Environ(), childEnv+"=temporal", temporalAddrEnv+"="+testenv.ClosedAddr(t), temporalPortsEnv+"="+strings.Join(ports, ","))
 			require.NoError(t, cmd.Start())

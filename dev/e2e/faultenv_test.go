@@ -124,7 +124,7 @@ func (o *ownTemporal) start(t *testing.T) {
 	for try := 1; ; try++ {
 		args, env, ready := o.command()
 		cmd := exec.Command(os.Args[0], args...)
-		out := &syncBuffer{}
+		out := &testenv.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Env = append(os.Environ(), env...)
 		require.NoError(t, cmd.Start())

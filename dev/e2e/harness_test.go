@@ -385,7 +385,7 @@ func (e *env) count(t *testing.T, query string, args ...any) int {
 // child is a process of its own: `ferry <sub>`, or the checker's consumer.
 type child struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.Buffer
 	done chan struct{} // closed once the process has exited
 	err  error         // Wait's result; read it after done
 }
@@ -409,7 +409,7 @@ func (e *env) startProcess(t *testing.T, sub string, extraEnv ...string) *child 
 func (e *env) spawn(t *testing.T, args []string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	out := &syncBuffer{}
+	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(),
 		"FERRY_POSTGRES_URL="+withParam(e.db.URL, "application_name", e.db.Schema+"/"+args[0]),
@@ -471,24 +471,6 @@ func withParam(rawURL, key, value string) string {
 	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 func aggID(i int) string { return "agg-" + strconv.Itoa(i) }

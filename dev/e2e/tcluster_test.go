@@ -103,7 +103,7 @@ func failedTemporalStart(t *testing.T, pg *temporalPG) (int, string) {
 	ports := tcluster.LowPorts(8)
 	o := &ownTemporal{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), namespace: "default", pg: pg, ports: ports[1:]}
 	cmd := exec.Command(os.Args[0])
-	out := &syncBuffer{}
+	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), o.childEnv()...)
 	require.NoError(t, cmd.Start())
