@@ -106,6 +106,18 @@ func waitRecorded(t *testing.T, workflowID string, n int) recorded {
 	return r
 }
 
+// listedRuns is runsOf once visibility, which trails the workflow's
+// start, lists any run of the ID.
+func listedRuns(t *testing.T, workflowID string) []enumspb.WorkflowExecutionStatus {
+	t.Helper()
+	var runs []enumspb.WorkflowExecutionStatus
+	waitFor(t, 30*time.Second, workflowID+" listed by visibility", func() bool {
+		runs = runsOf(t, workflowID)
+		return len(runs) > 0
+	})
+	return runs
+}
+
 func versions(envs []destination.Envelope) []int64 {
 	var out []int64
 	for _, e := range envs {
@@ -163,7 +175,7 @@ func TestWorkflowDestinationsStartAndSignal(t *testing.T) {
 	if extra, ok := e.br.Get(t, time.Second); ok {
 		t.Fatalf("the broker got %s (%s), but noted skips the broker", extra.MessageId, extra.Type)
 	}
-	require.Len(t, runsOf(t, "fulfil-A"), 1)
+	require.Len(t, listedRuns(t, "fulfil-A"), 1)
 }
 
 // A repeat of a delivery changes nothing in Temporal: a start finds its
@@ -222,7 +234,7 @@ func TestWorkflowDestinationRepeatsAreNoOps(t *testing.T) {
 	})
 	require.Equal(t, []int64{1, 2, 3}, versions(r.Got))
 	require.Equal(t, 1, r.Dropped, "the server dropped two repeats of the signal (same request id); Dedup the one under another name")
-	require.Len(t, runsOf(t, "rec-R"), 1)
+	require.Len(t, listedRuns(t, "rec-R"), 1)
 
 	// The server's answer to the workflow's history: one signal per
 	// distinct request id.
