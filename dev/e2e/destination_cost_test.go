@@ -62,7 +62,7 @@ func TestWorkflowDestinationCost(t *testing.T) {
 		time.Sleep(time.Second) // the destination's workflow task too
 
 		const n = 20
-		before := scrapeSum(t, metricsURL, metricActions, metricTransitions)
+		before := scrapeServer(t, metricsURL)
 		for i := range n {
 			_, err := e.commitType(ctx, aggID(i), "created", false)
 			require.NoError(t, err)
@@ -72,8 +72,8 @@ func TestWorkflowDestinationCost(t *testing.T) {
 			waitClosed(t, c, workflows.WorkflowID(e.aggType, aggID(i)))
 		}
 		time.Sleep(2 * time.Second) // the destinations' last workflow tasks
-		after := scrapeSum(t, metricsURL, metricActions, metricTransitions)
-		r := result{(after[metricTransitions] - before[metricTransitions]) / n, (after[metricActions] - before[metricActions]) / n}
+		moved := scrapeServer(t, metricsURL).since(before)
+		r := result{moved.sum(metricTransitions, srv.Namespace()) / n, moved.sum(metricActions, srv.Namespace()) / n}
 		t.Logf("%s: %.2f state transitions, %.2f actions per event (engine total)", name, r.st, r.actions)
 		return r
 	}
