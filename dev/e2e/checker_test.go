@@ -81,7 +81,7 @@ type history struct {
 	attempts map[string]attempt // by event id
 	stored   map[string]bool    // event ids in outbox_events
 	tap      []observation      // every copy on the tap queue, in arrival order
-	signals  map[string]int     // event id → signals recorded by Temporal; nil: not counted
+	signals  map[string]int     // event id → times handed to a run (signals, one-shot starts); nil: not counted
 	effects  []observation      // the consumer's effect rows, in commit order
 	absorbed int                // deliveries the inbox dropped (duplicate or stale)
 	orphans  int                // business rows without an event, or the reverse
@@ -92,7 +92,9 @@ type report struct {
 	Attempted, Committed, RolledBack, Crashed, Failed int
 	Unknown, UnknownCommitted                         int
 
-	Signals, DuplicateSignals int // -1: not counted
+	// Event ids handed to runs (signals and one-shot starts), and how many
+	// of those were repeats. -1: not counted.
+	Signals, DuplicateSignals int
 
 	Delivered, Lost, Unexpected    int
 	DuplicateCopies, DuplicatedIDs int
@@ -265,8 +267,8 @@ func (r report) table(title string) string {
 	row("crashed before commit", r.Crashed, "")
 	row("failed before commit", r.Failed, "")
 	b.WriteString("  relay (Temporal)\n")
-	row("signals recorded", r.Signals, "")
-	row("duplicate signals", r.DuplicateSignals, "absorbed by the aggregate workflow")
+	row("events handed to runs", r.Signals, "(signals and one-shot starts)")
+	row("handed over twice", r.DuplicateSignals, "absorbed by the aggregate workflow")
 	b.WriteString("  transport (tap queue)\n")
 	row("delivered, unique", r.Delivered, "")
 	row("lost", r.Lost, "must be 0")
@@ -696,7 +698,11 @@ func (c *checker) touchedAggregates() []string {
 }
 
 // signalCounts reads, from every run of every aggregate workflow the workload
-// touched, how often Temporal recorded each event id in an events signal.
+// touched, how often Temporal recorded each event id as handed to a run: in
+// an events signal, or in the input of a one-shot start (a poller whose
+// lease ran out starts a fresh run with the same events when the first has
+// completed; a continue-as-new input carries events already counted, so it
+// is left out).
 func (c *checker) signalCounts(ctx context.Context) map[string]int {
 	t := c.t
 	ids := c.touchedAggregates()
@@ -715,6 +721,14 @@ func (c *checker) signalCounts(ctx context.Context) map[string]int {
 				for it.HasNext() {
 					ev, err := it.Next()
 					require.NoError(t, err)
+					if st := ev.GetWorkflowExecutionStartedEventAttributes(); st != nil && st.ContinuedExecutionRunId == "" {
+						var in workflows.AggregateInput
+						require.NoError(t, dc.FromPayloads(st.Input, &in))
+						for _, ref := range in.Pending {
+							counts[ref.ID]++
+						}
+						continue
+					}
 					attrs := ev.GetWorkflowExecutionSignaledEventAttributes()
 					if attrs == nil || attrs.SignalName != workflows.EventsSignal {
 						continue
@@ -814,7 +828,7 @@ func TestCheckerAccounting(t *testing.T) {
 		{"signals not counted", func(h *history) { h.signals = nil }, func(t *testing.T, r report) {
 			require.Equal(t, -1, r.Signals)
 			require.Equal(t, -1, r.DuplicateSignals)
-			require.Regexp(t, `duplicate signals +- `, r.table("x"))
+			require.Regexp(t, `handed over twice +- `, r.table("x"))
 		}},
 	}
 	for _, tt := range tests {
