@@ -123,3 +123,40 @@ func TestReservedEventHeadersNeverOverrideFerrys(t *testing.T) {
 		require.NotContains(t, out, value)
 	}
 }
+
+// A delayed event's message says when it became due (ferry-due-at, its
+// deliver_after), and so does the event held behind it on its aggregate
+// (the schema gives it the same deliver_after); an event that was never
+// delayed has no such header (TestPublishedMessagesCarryTheEventsHeaders
+// counts every header of one). A producer's own ferry-due-at is refused by
+// the schema and dropped if written around it.
+func TestDelayedEventsSayWhenTheyBecameDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, activities.Config{}, nil)
+	ctx := context.Background()
+	var due time.Time
+	delayed := event{AggregateType: "order", AggregateID: "d-1"}
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `
+		INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, deliver_after)
+		VALUES ('order', 'd-1', 'reminder', '{}', now() + interval '90 seconds')
+		RETURNING id::text, aggregate_version, deliver_after`).Scan(&delayed.ID, &delayed.Version, &due))
+	held := insert(t, b.db.Pool, "order", "d-1", row{})
+
+	// The activities publish what they are handed: the relay alone waits
+	// for the due time, so these go at once.
+	for _, ev := range []event{delayed, held} {
+		b.mustPublish(t, ev)
+		d := b.receive(t)
+		requireFerryHeaders(t, d, ev)
+		got, ok := d.Headers[broker.HeaderDueAt].(time.Time)
+		require.True(t, ok, "%s: %s is %T, want a timestamp", ev.ID, broker.HeaderDueAt, d.Headers[broker.HeaderDueAt])
+		require.True(t, got.Equal(due.Truncate(time.Second)), "%s: due at %s, want %s (AMQP timestamps have whole seconds)", ev.ID, got, due)
+	}
+
+	_, err := b.db.Pool.Exec(ctx, `ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_headers_valid`)
+	require.NoError(t, err)
+	forged := insert(t, b.db.Pool, "order", "d-2", row{Headers: `{"ferry-due-at": "2000-01-01T00:00:00Z"}`})
+	b.mustPublish(t, forged)
+	d := b.receive(t)
+	require.NotContains(t, d.Headers, broker.HeaderDueAt)
+}

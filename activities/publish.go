@@ -247,7 +247,7 @@ func (a *sender) send(ctx context.Context, id string, ev outbox.PublishRow) erro
 // reserved names, so a collision means a row written around the check; it
 // is logged, once per message, naming the headers, never their values.
 func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (broker.Message, trace.Span) {
-	headers := make(amqp.Table, len(ev.Headers)+6)
+	headers := make(amqp.Table, len(ev.Headers)+7)
 	for k, v := range ev.Headers {
 		headers[k] = v
 	}
@@ -256,6 +256,9 @@ func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (
 		broker.HeaderAggregateID:      ev.AggregateID,
 		broker.HeaderAggregateVersion: ev.Version,
 		broker.HeaderSchemaVersion:    int64(ev.SchemaVersion),
+	}
+	if ev.DueAt.After(ev.CreatedAt) {
+		own[broker.HeaderDueAt] = ev.DueAt
 	}
 	key := a.routingKey(ev.AggregateType, ev.EventType)
 	// The parent is the activity's span when it is in the row's trace,

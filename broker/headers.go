@@ -16,6 +16,11 @@ const (
 	// HeaderSchemaVersion (int64) is the payload's schema version (package
 	// upcast reads it).
 	HeaderSchemaVersion = "ferry-schema-version"
+	// HeaderDueAt (AMQP timestamp, whole seconds) is set on a delayed event
+	// only (outbox.Event.DeliverAfter later than its commit): when it
+	// became deliverable. A consumer's lag counts from it, not from the
+	// message's timestamp (the commit).
+	HeaderDueAt = "ferry-due-at"
 	// HeaderTraceParent and HeaderTraceState are the W3C trace context of
 	// the publish span, when there is one.
 	HeaderTraceParent = "traceparent"

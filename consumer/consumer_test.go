@@ -121,6 +121,9 @@ type msg struct {
 	noHeaders                  bool
 	// extra headers, beside Ferry's (a producer's event headers).
 	extra amqp.Table
+	// timestamp is the message's (the commit, as the relay stamps it);
+	// zero: none.
+	timestamp time.Time
 }
 
 func order(id, aggregateID string, version int64) msg {
@@ -144,7 +147,7 @@ func (e *env) publish(m msg) {
 	}
 	dc, err := e.ch.PublishWithDeferredConfirm(e.broker.Exchange, "order."+m.eventType, true, false, amqp.Publishing{
 		Headers: h, ContentType: "application/json", DeliveryMode: amqp.Persistent,
-		MessageId: m.id, Type: m.eventType, Body: []byte(m.body),
+		MessageId: m.id, Type: m.eventType, Body: []byte(m.body), Timestamp: m.timestamp,
 	})
 	require.NoError(e.t, err)
 	require.True(e.t, dc.Wait(), "publish %s not confirmed", m.id)

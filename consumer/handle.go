@@ -231,13 +231,23 @@ func (c *Consumer) observe(res Result) {
 	c.cfg.Metrics.Outcome(name, string(res.Outcome))
 	switch res.Outcome {
 	case Applied:
-		c.cfg.Metrics.Applied(name, ev.Timestamp)
+		// A delayed event lags from when it became due, not from its
+		// commit: its delay is what the producer asked for.
+		c.cfg.Metrics.Applied(name, later(ev.Timestamp, ev.DueAt))
 	case Parked, Quarantined:
 		c.cfg.Metrics.DeadLettered(name, res.Cause)
 	}
 	if c.cfg.OnResult != nil {
 		c.cfg.OnResult(res)
 	}
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // originalRoutingKey is the key the message was published with: a copy
@@ -303,6 +313,13 @@ func decode(d amqp.Delivery) (inbox.Event, error) {
 			bad = append(bad, fmt.Sprintf("%s %v is not a schema version", broker.HeaderSchemaVersion, v))
 		}
 		ev.SchemaVersion = int(n)
+	}
+	switch v := d.Headers[broker.HeaderDueAt].(type) {
+	case nil:
+	case time.Time:
+		ev.DueAt = v
+	default:
+		bad = append(bad, fmt.Sprintf("%s is a %T, not a timestamp", broker.HeaderDueAt, v))
 	}
 	if ev.ID == "" {
 		bad = append(bad, "message_id is empty (Ferry sets it to the event id)")

@@ -13,9 +13,10 @@ type Metrics interface {
 	Outcome(consumer, outcome string)
 	// DeadLettered counts one message moved to <queue>.dlq, by cause.
 	DeadLettered(consumer, cause string)
-	// Applied records the lag from the event's commit (the message's
-	// timestamp; zero when it has none) to its effect committed.
-	Applied(consumer string, committedAt time.Time)
+	// Applied records the lag since the event became deliverable (its
+	// commit, the message's timestamp, or its due time when it was delayed;
+	// zero when the message has no timestamp) to its effect committed.
+	Applied(consumer string, since time.Time)
 	// WatchQueues reads the depths of the consumer's queues, by queue name,
 	// whenever the metrics are read, until Unwatch.
 	WatchQueues(consumer string, depths func(ctx context.Context) (map[string]int, error))

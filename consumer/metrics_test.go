@@ -2,9 +2,12 @@ package consumer_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/consumer"
+	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 )
@@ -134,4 +138,58 @@ func TestModuleUsesTheGraphsMetrics(t *testing.T) {
 		s := testenv.Series(t, reg, "ferry_consumer_events_total", map[string]string{"consumer": "inventory", "outcome": "applied"})
 		return len(s) == 1 && s[0].Value == 1
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// A delayed event lags from when it became due (the relay's ferry-due-at
+// header), not from its commit: a delay the producer asked for is no lag.
+// The handler sees the due time in inbox.Event.DueAt; a due header that is
+// no timestamp quarantines the message, naming the header.
+func TestDelayedEventsLagFromTheirDueTime(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewConsumer(reg)
+	require.NoError(t, err)
+	var (
+		mu  sync.Mutex
+		due = map[string]time.Time{}
+	)
+	cfg := e.config(func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
+		mu.Lock()
+		due[ev.ID] = ev.DueAt
+		mu.Unlock()
+		return record(ctx, tx, ev)
+	})
+	cfg.Metrics = m
+	var res results
+	cfg.OnResult = res.add
+	e.start(cfg)
+
+	// Committed a minute ago with a delay that ran out a second ago, as the
+	// relay stamps both (whole seconds).
+	committed := time.Now().Add(-time.Minute).Truncate(time.Second)
+	dueAt := time.Now().Add(-time.Second).Truncate(time.Second)
+	delayed := order("delayed", "1", 1)
+	delayed.timestamp, delayed.extra = committed, amqp.Table{broker.HeaderDueAt: dueAt}
+	bad := order("bad-due", "2", 1)
+	bad.timestamp, bad.extra = committed, amqp.Table{broker.HeaderDueAt: "tomorrow"}
+	e.publish(delayed)
+	e.publish(bad)
+	e.waitEffects("delayed@v1")
+	require.Eventually(t, func() bool { return slices.Contains(res.outcomes(), "bad-due@v1:quarantined") }, 15*time.Second, 10*time.Millisecond)
+
+	lag := testenv.Series(t, reg, "ferry_consumer_lag_seconds", map[string]string{"consumer": "inventory"})
+	require.Len(t, lag, 1)
+	require.Equal(t, uint64(1), lag[0].Count)
+	require.Less(t, lag[0].Sum, 30.0, "lag from the due time (~1s ago), not the commit a minute ago")
+	mu.Lock()
+	require.True(t, due["delayed"].Equal(dueAt), "the handler saw due at %s, want %s", due["delayed"], dueAt)
+	mu.Unlock()
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	for _, r := range res.all {
+		if r.Event.ID == "bad-due" {
+			require.Contains(t, r.Reason, "ferry-due-at is a string, not a timestamp")
+		}
+	}
 }

@@ -62,6 +62,10 @@ type Event struct {
 	Payload       []byte
 	// Timestamp is when the producer committed the event, if known.
 	Timestamp time.Time
+	// DueAt is when a delayed event (outbox.Event.DeliverAfter) became
+	// deliverable, from the message's ferry-due-at header; zero for an
+	// event that was not delayed.
+	DueAt time.Time
 	// Headers are the producer's headers (outbox.Event.Headers): package
 	// consumer fills them from the message's string-valued AMQP headers
 	// whose names a producer may set (outbox.CheckHeaderName), so never

@@ -39,7 +39,7 @@ func NewConsumer(reg prometheus.Registerer) (*Consumer, error) {
 		}, []string{"consumer", "cause"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ferry_consumer_lag_seconds",
-			Help: "From the event's commit (the message's timestamp, whole seconds) to its effect committed by the consumer, by consumer.",
+			Help: "From the event's commit (the message's timestamp, whole seconds), or its due time when it was delayed (ferry-due-at), to its effect committed by the consumer, by consumer.",
 			// The AMQP timestamp has whole seconds: the first bucket
 			// that means anything is 1s.
 			Buckets: []float64{1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
@@ -115,12 +115,12 @@ func (c *Consumer) InboxRoundDone(consumer string) {
 	c.inboxRound.WithLabelValues(consumer).SetToCurrentTime()
 }
 
-// Applied records the lag of an event committed at committedAt whose
-// effect the consumer has just committed; a zero committedAt (a message
-// without a timestamp) records nothing.
-func (c *Consumer) Applied(consumer string, committedAt time.Time) {
-	if c != nil && !committedAt.IsZero() {
-		c.lag.WithLabelValues(consumer).Observe(max(time.Since(committedAt).Seconds(), 0))
+// Applied records the lag of an event deliverable since since (its commit,
+// or its due time when delayed) whose effect the consumer has just
+// committed; a zero since (a message without a timestamp) records nothing.
+func (c *Consumer) Applied(consumer string, since time.Time) {
+	if c != nil && !since.IsZero() {
+		c.lag.WithLabelValues(consumer).Observe(max(time.Since(since).Seconds(), 0))
 	}
 }
 
