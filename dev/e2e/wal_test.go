@@ -83,7 +83,9 @@ func TestWALBurstWithRollbacksAndLongTransactions(t *testing.T) {
 	stream, claimed := e.streamed(t)
 	t.Logf("wal burst: %d attempted, %d committed, %d rolled back, %d cut off, 3 long transactions; %d rows delivered by the stream, %d by the catch-up claim; %d duplicate signals, %d duplicate copies",
 		r.Attempted, r.Committed, r.RolledBack, r.Crashed, stream, claimed, r.DuplicateSignals, r.DuplicateCopies)
-	require.Greater(t, r.Committed, 300, "a burst")
+	// The load runs for its 6 s, not to a count: about 330 commits here,
+	// 279 with a CPU busy loop beside the suite.
+	require.Greater(t, r.Committed, 100, "a burst")
 	require.Greater(t, stream, claimed, "the stream, not the claim, delivered the burst")
 }
 
