@@ -137,7 +137,15 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	// The other long-running commands: started, given time to connect and
 	// log at debug level, stopped.
 	for _, sub := range []string{"poller", "worker", "consume-example"} {
-		p := e.startProcess(t, sub, secure...)
+		args := []string{sub}
+		if sub == "consume-example" {
+			// A queue of the test's own, not the example's default on the
+			// shared broker (a developer's `ferry dev` consumes from that).
+			queue := testenv.Name("inventory")
+			args = append(args, "--queue", queue)
+			t.Cleanup(func() { deleteConsumerQueues(t, e.br.URL, queue) })
+		}
+		p := e.spawn(t, args, append([]string{childEnv + "=1"}, secure...)...)
 		time.Sleep(3 * time.Second)
 		require.False(t, p.exited(), "ferry %s runs:\n%s", sub, p.out.String())
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))

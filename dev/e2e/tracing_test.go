@@ -44,8 +44,11 @@ func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 	in, err := inbox.New(inbox.Config{Pool: e.db.Pool, Consumer: "tracing"})
 	require.NoError(t, err)
 	var applied atomic.Int64
+	queue := testenv.Name("trace.q")
+	// Registered first, so it runs after the consumer stopped.
+	t.Cleanup(func() { deleteConsumerQueues(t, e.br.URL, queue) })
 	c, err := consumer.New(consumer.Config{
-		URL: e.br.URL, Queue: testenv.Name("trace.q"), Exchange: e.br.Exchange, Bindings: []string{"#"},
+		URL: e.br.URL, Queue: queue, Exchange: e.br.Exchange, Bindings: []string{"#"},
 		Inbox: in, TracerProvider: tp,
 		Handler: func(ctx context.Context, _ pgx.Tx, _ inbox.Event) error {
 			require.True(t, trace.SpanContextFromContext(ctx).IsValid(), "the handler runs inside the consumer span")
