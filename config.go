@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
@@ -48,6 +48,14 @@ type Config struct {
 	// that completes once they are published) or poller.StartKeepAlive.
 	// Default "one-shot".
 	StartMode string
+	// Lane is how events are delivered: LaneWorkflow (every event through
+	// its aggregate's workflow) or LanePublishFirst (the poller publishes
+	// to RabbitMQ itself, with the broker settings below, and hands an
+	// aggregate to its workflow only when a publish fails, an event has
+	// effects or workflow destinations, or an operator repairs it;
+	// docs/lanes.md). Every poller of one outbox runs the same lane.
+	// Default "workflow".
+	Lane string
 	// Source is where the poller finds committed events: SourcePoll (claims
 	// with FOR UPDATE SKIP LOCKED, woken by NOTIFY) or SourceWAL (a logical
 	// replication slot, package walrelay; needs wal_level=logical and the
@@ -61,8 +69,9 @@ type Config struct {
 	// the stream cannot deliver; at least 1s. Default 30s.
 	WALCatchUpInterval time.Duration
 
-	// AMQPURL of RabbitMQ, amqp:// or amqps://, for the worker's publisher.
-	// Default "amqp://guest:guest@127.0.0.1:5672/".
+	// AMQPURL of RabbitMQ, amqp:// or amqps://, for the worker's publisher
+	// and the publish-first lane's pollers. Default
+	// "amqp://guest:guest@127.0.0.1:5672/".
 	AMQPURL string
 	// Exchange events are published to: 1-255 letters, digits, '_', '.',
 	// ':' or '-'. Default "ferry.events".
@@ -176,6 +185,12 @@ const (
 	SourceWAL  = "wal"
 )
 
+// Lanes (Config.Lane).
+const (
+	LaneWorkflow     = poller.LaneWorkflow
+	LanePublishFirst = poller.LanePublishFirst
+)
+
 // FieldError is a setting with a value Ferry cannot use. Field names the Go
 // field, as "Config.BatchSize" or "TemporalConfig.TLSKey"; the ferry command
 // shows the flag and environment variable instead.
@@ -204,12 +219,13 @@ func (c Config) WithDefaults() (Config, error) {
 	c.PollInterval = cmp.Or(c.PollInterval, settings.DefaultPollInterval)
 	c.StartMode = cmp.Or(c.StartMode, settings.DefaultStartMode)
 	c.Source = cmp.Or(c.Source, settings.DefaultSource)
+	c.Lane = cmp.Or(c.Lane, settings.DefaultLane)
 	c.WALSlot = cmp.Or(c.WALSlot, walrelay.DefaultSlot)
 	c.WALPublication = cmp.Or(c.WALPublication, walrelay.DefaultPublication)
 	c.WALCatchUpInterval = cmp.Or(c.WALCatchUpInterval, settings.DefaultWALCatchUpInterval)
 	c.AMQPURL = cmp.Or(c.AMQPURL, settings.DefaultAMQPURL)
 	c.Exchange = cmp.Or(c.Exchange, settings.DefaultExchange)
-	c.RoutingKey = cmp.Or(c.RoutingKey, activities.DefaultRoutingKeyTemplate)
+	c.RoutingKey = cmp.Or(c.RoutingKey, delivery.DefaultRoutingKeyTemplate)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, broker.DefaultMaxMessageBytes)
 	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, settings.DefaultConnectTimeout)
 	c.WorkflowTaskPollers = cmp.Or(c.WorkflowTaskPollers, settings.DefaultWorkflowTaskPollers)
@@ -253,6 +269,10 @@ func (c Config) validate() error {
 		return fieldErr("Config.PollInterval", "must be at least 10ms, got %s", c.PollInterval)
 	case c.StartMode != poller.StartOneShot && c.StartMode != poller.StartKeepAlive:
 		return fieldErr("Config.StartMode", "%q: use %s or %s", c.StartMode, poller.StartOneShot, poller.StartKeepAlive)
+	case c.Lane != LaneWorkflow && c.Lane != LanePublishFirst:
+		return fieldErr("Config.Lane", "%q: use %s (every event through its aggregate's workflow) or %s (publish directly, the workflow only for aggregates that need it)", c.Lane, LaneWorkflow, LanePublishFirst)
+	case c.Lane == LanePublishFirst && c.NoBroker:
+		return fieldErr("Config.Lane", "%s publishes to RabbitMQ, and Config.NoBroker says there is none: use the %s lane without a broker", LanePublishFirst, LaneWorkflow)
 	case c.Source != SourcePoll && c.Source != SourceWAL:
 		return fieldErr("Config.Source", "%q: use %s (claim pending rows) or %s (tail the write-ahead log)", c.Source, SourcePoll, SourceWAL)
 	case !walName.MatchString(c.WALSlot):
@@ -284,7 +304,7 @@ func (c Config) validate() error {
 	case c.DriftSample < -1 || c.DriftSample > workflows.MaxDriftSample:
 		return fieldErr("Config.DriftSample", "must be 1 to %d aggregates, or -1 for no drift check, got %d", workflows.MaxDriftSample, c.DriftSample)
 	}
-	if _, err := activities.RoutingKeyTemplate(c.RoutingKey); err != nil {
+	if _, err := delivery.RoutingKeyTemplate(c.RoutingKey); err != nil {
 		return fieldErr("Config.RoutingKey", "%q: %v", c.RoutingKey, err)
 	}
 	router, err := c.destinations()

@@ -184,11 +184,22 @@ type pollerDeps struct {
 	Metrics  *metrics.Metrics `optional:"true"`
 }
 
-func newPollerConfig(d pollerDeps) poller.Config {
-	pc := pollerConfig(d.Config, d.Pool, d.Temporal, logger(d.Shared.Logger))
+func newPollerConfig(d pollerDeps) (poller.Config, error) {
+	tp, log := tracerProvider(d.Shared.Tracer), logger(d.Shared.Logger)
+	pub, target, err := laneTarget(d.Config, tp, log)
+	if err != nil {
+		return poller.Config{}, err
+	}
+	if pub != nil {
+		d.Shared.Lifecycle.Append(fx.StopHook(pub.Close))
+	}
+	pc, err := pollerConfig(d.Config, d.Pool, d.Temporal, target, log)
+	if err != nil {
+		return poller.Config{}, err
+	}
 	pc.Metrics = d.Metrics.Relay()
-	pc.TracerProvider = tracerProvider(d.Shared.Tracer)
-	return pc
+	pc.TracerProvider = tp
+	return pc, nil
 }
 
 type relayDeps struct {
@@ -355,6 +366,7 @@ func registerMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (m *metrics.
 	if mm, err = metrics.NewMaintenance(t); err != nil {
 		return nil, nil, nil, err
 	}
+	mm.CountHandoffsIn(m.Relay())
 	if err = t.Register(metrics.NewOutboxCollector(pool)); err != nil {
 		return nil, nil, nil, fmt.Errorf("register outbox collector: %w", err)
 	}

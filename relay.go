@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -58,6 +59,9 @@ type Relay struct {
 	wal    *walrelay.Relay
 	worker *worker.Worker
 	pub    *broker.Publisher
+	// lanePub is the publish-first lane's publisher (the poller's own), or
+	// nil.
+	lanePub *broker.Publisher
 	// unregister takes Ferry's collectors off Deps.Metrics.
 	unregister func()
 
@@ -114,7 +118,14 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 		}
 	}
 	if roles.Poller {
-		pc := pollerConfig(cfg, deps.Pool, deps.Temporal, logger)
+		var target delivery.Target
+		if r.lanePub, target, err = laneTarget(cfg, nil, logger); err != nil {
+			return nil, err
+		}
+		pc, err := pollerConfig(cfg, deps.Pool, deps.Temporal, target, logger)
+		if err != nil {
+			return nil, err
+		}
 		pc.Metrics = m.Relay()
 		if r.poller, err = poller.New(pc); err != nil {
 			return nil, err
@@ -190,8 +201,10 @@ func (r *Relay) stopLocked() {
 	if r.worker != nil {
 		r.worker.Stop()
 	}
-	if r.pub != nil {
-		_ = r.pub.Close()
+	for _, pub := range []*broker.Publisher{r.lanePub, r.pub} {
+		if pub != nil {
+			_ = pub.Close()
+		}
 	}
 	r.unregister()
 }

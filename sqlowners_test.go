@@ -24,6 +24,12 @@ var sqlOwners = map[string][]string{
 	// replication slot.
 	"outbox_events":     {"outbox", "poller", "schema", "walrelay", "internal/bench", "dev/bench", "internal/testenv"},
 	"outbox_aggregates": {"outbox", "poller", "schema", "internal/bench", "dev/bench", "internal/testenv"},
+	// The publish-first lane's ownership: poller takes and gives it in its
+	// claims and marks, outbox holds the workflow side's fenced writes,
+	// releases and take-backs (migration 0010). The relays' registry is the
+	// poller's; outbox reads the fleet's lane off it.
+	"outbox_owners": {"outbox", "poller", "schema"},
+	"ferry_relays":  {"outbox", "poller", "schema"},
 	// The repair audit: outbox writes it in the transaction of the change
 	// to outbox_events it records (outbox/repair.go says why it is not a
 	// package of its own).

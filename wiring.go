@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/effects/payment"
@@ -52,7 +53,7 @@ type workerParts struct {
 
 // workerConfig is the worker's configuration over p.
 func workerConfig(cfg Config, p workerParts) (worker.Config, error) {
-	key, err := activities.RoutingKeyTemplate(cfg.RoutingKey)
+	key, err := delivery.RoutingKeyTemplate(cfg.RoutingKey)
 	if err != nil {
 		return worker.Config{}, err
 	}
@@ -92,10 +93,11 @@ func workflowSettings(cfg Config) workflows.Settings {
 	}
 }
 
-// pollerConfig is the poller's configuration over pool and Temporal. Its
+// pollerConfig is the poller's configuration over pool, Temporal and, in
+// the publish-first lane, the target it publishes to (nil otherwise). Its
 // signal window follows the idle timeout the workers give their runs.
-func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) poller.Config {
-	return poller.Config{
+func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, target delivery.Target, logger *slog.Logger) (poller.Config, error) {
+	pc := poller.Config{
 		Pool:         pool,
 		Temporal:     c,
 		TaskQueue:    cfg.TaskQueue,
@@ -104,8 +106,64 @@ func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, logger *slog.
 		PollInterval: cfg.PollInterval,
 		SignalWindow: cfg.IdleTimeout,
 		StartMode:    cfg.StartMode,
+		Lane:         cfg.Lane,
+		Source:       cfg.Source,
 		Logger:       logger,
 	}
+	if cfg.Lane != LanePublishFirst {
+		return pc, nil
+	}
+	needs, err := needsWorkflow(cfg)
+	if err != nil {
+		return pc, err
+	}
+	pc.Target, pc.NeedsWorkflow = target, needs
+	return pc, nil
+}
+
+// needsWorkflow says which event types the publish-first lane hands to
+// their aggregate's workflow: those with effects or workflow
+// destinations, which only the workflow starts or delivers.
+func needsWorkflow(cfg Config) (func(aggregateType, eventType string) bool, error) {
+	dests, err := cfg.destinations()
+	if err != nil {
+		return nil, err
+	}
+	var fx *effects.Router
+	if len(cfg.Effects.Routes) > 0 {
+		if fx, err = cfg.Effects.router(); err != nil {
+			return nil, err
+		}
+	}
+	if dests.Len() == 0 && fx == nil {
+		return func(string, string) bool { return false }, nil
+	}
+	return func(aggregateType, eventType string) bool {
+		routes, _ := dests.For(aggregateType, eventType)
+		return len(routes) > 0 || len(fx.For(aggregateType, eventType)) > 0
+	}, nil
+}
+
+// laneTarget is the publish-first lane's RabbitMQ target, over a
+// publisher of the poller's own (it dials on the first publish), or nils
+// in the workflow lane.
+func laneTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*broker.Publisher, delivery.Target, error) {
+	if cfg.Lane != LanePublishFirst {
+		return nil, nil, nil
+	}
+	pub, err := newPublisher(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := delivery.RoutingKeyTemplate(cfg.RoutingKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub, RoutingKey: key, TracerProvider: tp, Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, t, nil
 }
 
 // walConfig is the log-tailing relay's settings, without its dependencies.

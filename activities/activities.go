@@ -2,11 +2,13 @@ package activities
 
 import (
 	"errors"
+	"fmt"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -107,11 +109,6 @@ func (a *Activities) Register(r Registry, settings workflows.Settings) {
 	a.Maintenance.Register(r)
 }
 
-// DefaultRoutingKey is "<aggregate_type>.<event_type>".
-func DefaultRoutingKey(aggregateType, eventType string) string {
-	return aggregateType + "." + eventType
-}
-
 // Error types of non-retryable or classified application errors.
 const (
 	ErrTypeEventMissing = "EventMissing"
@@ -125,4 +122,17 @@ const (
 	// (406 PRECONDITION_FAILED, e.g. over its max_message_size).
 	// Non-retryable: the broker refuses it again.
 	ErrTypeRefused = "MessageRefused"
+	// ErrTypeLostOwnership: the run's aggregate is not owned under the
+	// run's epoch any more (the publish-first lane: the reconciler took it
+	// back, or another owner has it). Non-retryable: nothing was marked,
+	// and the run fails, loudly, rather than wait for versions another
+	// owner publishes.
+	ErrTypeLostOwnership = workflows.ErrClassLostOwnership
 )
+
+// lostOwnership is the error of a fenced write the database refused.
+func lostOwnership(what, aggregateType, aggregateID string, epoch int64) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"%s refused: aggregate %s is not owned by this run under epoch %d any more (the reconciler took it back, or the lane handed it on): nothing was marked, and this run stops; its events are published by the aggregate's current owner",
+		what, workflows.WorkflowID(aggregateType, aggregateID), epoch), ErrTypeLostOwnership, nil)
+}

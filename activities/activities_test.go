@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -230,7 +231,7 @@ func TestPublishEventSendsTheRow(t *testing.T) {
 	require.Equal(t, "placed", d.Type)
 	require.Equal(t, b.mq.Exchange, d.Exchange)
 	require.Equal(t, "order.placed", d.RoutingKey)
-	require.Equal(t, activities.DefaultRoutingKey("order", "placed"), d.RoutingKey)
+	require.Equal(t, delivery.DefaultRoutingKey("order", "placed"), d.RoutingKey)
 	require.Equal(t, "application/json", d.ContentType)
 	require.Equal(t, amqp.Persistent, d.DeliveryMode)
 	require.JSONEq(t, `{"total": 42, "items": ["a", "b"], "note": "é"}`, string(d.Body))
@@ -477,12 +478,6 @@ func TestNewRequiresDependencies(t *testing.T) {
 	require.NoError(t, err, "maintenance needs no broker")
 }
 
-func TestDefaultRoutingKey(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "order.placed", activities.DefaultRoutingKey("order", "placed"))
-	require.Equal(t, "a.b.c.d", activities.DefaultRoutingKey("a.b", "c.d"))
-}
-
 // recordingRegistry records what Register registers.
 type recordingRegistry struct {
 	names []string
@@ -509,7 +504,7 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	acts.Maintenance.Register(&maintenance)
 	acts.Register(&all, workflows.Settings{})
 
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity}, publish.names)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.ReleaseAggregateActivity}, publish.names)
 	require.ElementsMatch(t, []string{workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity}, repair.names)
 	require.ElementsMatch(t, []string{workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity}, maintenance.names)
 	require.ElementsMatch(t, append(append(publish.names, repair.names...), maintenance.names...), all.names)

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -44,6 +43,9 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 	if len(in.Events) == 0 {
 		return res, nil
 	}
+	if err := a.checkOwner(ctx, "publish", in.AggregateType, in.AggregateID, in.Epoch); err != nil {
+		return res, err
+	}
 	rows, err := a.loadBatch(ctx, in.Events)
 	if err != nil {
 		return res, err
@@ -54,8 +56,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 	// or that would go nowhere.
 	upto := len(in.Events)
 	var (
-		msgs    []broker.Message
-		spans   []trace.Span
+		msgs    []delivery.Event
 		items   []batchItem
 		planErr error
 	)
@@ -76,22 +77,15 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 		}
 		it := batchItem{at: i, id: ref.ID, row: ev, plan: p, msg: -1}
 		if p.broker {
-			m, span := a.message(ctx, ref.ID, ev)
 			it.msg = len(msgs)
-			msgs, spans = append(msgs, m), append(spans, span)
+			msgs = append(msgs, delivery.Event{ID: ref.ID, Row: ev})
 		}
 		items = append(items, it)
 	}
 
 	n, pubErr := 0, error(nil)
 	if len(msgs) > 0 {
-		n, pubErr = a.pub.PublishBatch(ctx, msgs)
-	}
-	for i, span := range spans {
-		if i >= n && pubErr != nil {
-			span.SetStatus(codes.Error, pubErr.Error())
-		}
-		span.End()
+		n, pubErr = a.target.Publish(ctx, msgs)
 	}
 	// An event is done when the broker confirmed it (or it skips the
 	// broker) and each of its workflow destinations took it; the first
@@ -130,13 +124,14 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 		for i, it := range marked {
 			ids[i] = it.id
 		}
-		if err := outbox.MarkBatchPublished(ctx, a.pool, ids, in.AggregateType, in.AggregateID); err != nil {
+		if err := a.markBatch(ctx, ids, in); err != nil {
 			a.metrics.PublishFailed("MarkPublished")
-			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
+			return workflows.PublishBatchResult{}, err
 		}
 		for _, it := range marked {
 			a.metrics.Published(it.row.AggregateType, it.row.DueAt)
 		}
+		a.metrics.LanePublished(metrics.PathWorkflow, len(marked))
 	}
 	if done == 0 {
 		if failErr != nil {
@@ -155,6 +150,25 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 	activity.GetLogger(ctx).Debug("published batch", "aggregate", in.AggregateType+"/"+in.AggregateID,
 		"events", len(in.Events), "published", done, "sent", n)
 	return res, nil
+}
+
+// markBatch marks the confirmed events of a batch: under the run's epoch
+// when it has one.
+func (a *Publish) markBatch(ctx context.Context, ids []string, in workflows.PublishBatchInput) error {
+	if in.Epoch == 0 {
+		if err := outbox.MarkBatchPublished(ctx, a.pool, ids, in.AggregateType, in.AggregateID); err != nil {
+			return fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
+		}
+		return nil
+	}
+	ok, err := outbox.MarkBatchPublishedFenced(ctx, a.pool, ids, in.AggregateType, in.AggregateID, in.Epoch)
+	if err != nil {
+		return fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
+	}
+	if !ok {
+		return lostOwnership(fmt.Sprintf("marking %d events published", len(ids)), in.AggregateType, in.AggregateID, in.Epoch)
+	}
+	return nil
 }
 
 // batchItem is one event of a batch that is not published yet: where it

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -31,7 +32,8 @@ const driftCallTimeout = 10 * time.Second
 // Settle and reported only when the same kind of drift is seen again, so a
 // publish in flight (the row is marked before the workflow hears back) is
 // not reported.
-func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (workflows.DriftResult, error) {
+func (a *Maintenance) CheckDrift(ctx context.Context, input workflows.DriftInput) (workflows.DriftResult, error) {
+	in := driftInput{DriftInput: input}
 	var res workflows.DriftResult
 	if a.temporal == nil {
 		return res, temporal.NewNonRetryableApplicationError(
@@ -46,6 +48,11 @@ func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (
 	if err != nil {
 		return res, fmt.Errorf("sample aggregates: %w", err)
 	}
+	lane, err := outbox.FleetLane(ctx, a.pool)
+	if err != nil {
+		return res, fmt.Errorf("read the relays' lane: %w", err)
+	}
+	in.publishFirst = lane == poller.LanePublishFirst
 	res.Sampled = len(sample)
 
 	type suspect struct {
@@ -93,15 +100,29 @@ func (a *Maintenance) CheckDrift(ctx context.Context, in workflows.DriftInput) (
 	return res, nil
 }
 
+// driftInput is the check's input with what the run found out once.
+type driftInput struct {
+	workflows.DriftInput
+	// publishFirst: the relays run the publish-first lane, where an
+	// aggregate that no workflow owns or holds rows of has no workflow to
+	// ask.
+	publishFirst bool
+}
+
 // lookForDrift reads the aggregate's rows, asks its workflow, and reads the
 // rows again: the table moves first (a publish marks the row, then the
 // workflow hears back), so the workflow is compared with the read before
 // it where it may lag and with the read after it where it may not lead.
 // ok is false when the workflow could not be asked.
-func (a *Maintenance) lookForDrift(ctx context.Context, k outbox.AggregateKey, in workflows.DriftInput) (found []workflows.Drift, ok bool, err error) {
+func (a *Maintenance) lookForDrift(ctx context.Context, k outbox.AggregateKey, in driftInput) (found []workflows.Drift, ok bool, err error) {
 	before, exists, err := a.driftRows(ctx, k, in.Grace)
 	if err != nil || !exists {
 		return nil, true, err
+	}
+	if in.publishFirst && before.laneOnly() {
+		// The publish-first lane's, with nothing a workflow holds: no
+		// workflow to ask (most such aggregates never had one).
+		return judgeDrift(k, before, driftWorkflow{id: workflows.WorkflowID(k.Type, k.ID), status: "not asked"}, before, in), true, nil
 	}
 	wf, ok := a.driftWorkflow(ctx, workflows.WorkflowID(k.Type, k.ID))
 	if !ok {
@@ -120,6 +141,16 @@ type driftTable struct {
 	dispatched  []int64 // dispatched longer than the grace ago
 	quarantined []int64
 	below       []int64 // pending or dispatched at or below delivered
+	// owner: the aggregate's owner row (the publish-first lane), or nil.
+	owner *outbox.Owner
+	// staleEpochs: versions marked under an older epoch than an earlier
+	// version's.
+	staleEpochs []int64
+}
+
+// laneOnly: no workflow owns the aggregate and none holds a row of it.
+func (t driftTable) laneOnly() bool {
+	return (t.owner == nil || t.owner.Owner != outbox.OwnerWorkflow) && len(t.dispatched) == 0 && len(t.quarantined) == 0
 }
 
 func (a *Maintenance) driftRows(ctx context.Context, k outbox.AggregateKey, grace time.Duration) (driftTable, bool, error) {
@@ -128,7 +159,21 @@ func (a *Maintenance) driftRows(ctx context.Context, k outbox.AggregateKey, grac
 		return driftTable{}, false, fmt.Errorf("read rows of %s/%s: %w", k.Type, k.ID, err)
 	}
 	// Not found: deleted since the sample was taken.
-	return driftTable{delivered: r.Delivered, dispatched: r.Dispatched, quarantined: r.Quarantined, below: r.Below}, found, nil
+	t := driftTable{delivered: r.Delivered, dispatched: r.Dispatched, quarantined: r.Quarantined, below: r.Below}
+	if !found {
+		return t, false, nil
+	}
+	o, owned, err := outbox.OwnerOf(ctx, a.pool, k.Type, k.ID)
+	if err != nil {
+		return t, false, fmt.Errorf("read the owner of %s/%s: %w", k.Type, k.ID, err)
+	}
+	if owned {
+		t.owner = &o
+	}
+	if t.staleEpochs, err = outbox.StaleEpochs(ctx, a.pool, k.Type, k.ID, t.delivered); err != nil {
+		return t, false, fmt.Errorf("read the epochs of %s/%s: %w", k.Type, k.ID, err)
+	}
+	return t, true, nil
 }
 
 // driftWorkflow is what Temporal says about the aggregate's workflow.
@@ -168,7 +213,7 @@ func (a *Maintenance) driftWorkflow(ctx context.Context, id string) (driftWorkfl
 
 // judgeDrift compares one aggregate's rows (read before and after asking
 // its workflow) with the workflow. Pure, so every rule has a table test.
-func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, after driftTable, in workflows.DriftInput) []workflows.Drift {
+func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, after driftTable, in driftInput) []workflows.Drift {
 	var out []workflows.Drift
 	add := func(kind, differs, action string) {
 		out = append(out, workflows.Drift{WorkflowID: wf.id, Kind: kind, Differs: differs, Action: action})
@@ -180,6 +225,22 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 			fmt.Sprintf("no run will publish them (each resumes after delivered_version). If they were delivered, mark them: "+
 				"%s; if not, set delivered_version to %d and terminate the workflow (later versions are published again; consumers deduplicate)",
 				outbox.AdviceMarkPublished(k.Type, k.ID, after.delivered), after.below[0]-1))
+	}
+
+	if len(before.staleEpochs) > 0 && len(after.staleEpochs) > 0 {
+		add(workflows.DriftStaleEpoch,
+			fmt.Sprintf("rows %s were marked published under an older ownership epoch than an earlier version: an owner that had lost the aggregate marked them", versions(after.staleEpochs)),
+			"two parties published this aggregate at once: its consumers may have seen those versions out of order or twice (they deduplicate by message id); "+
+				"check for a relay paused past its lease or a Ferry older than the lane's fences, and look at the rows: "+
+				outbox.AdviceShowEpochs(k.Type, k.ID))
+	}
+	if o := after.owner; wf.state == nil && wf.status != "not asked" && before.owner != nil && o != nil &&
+		o.Owner == outbox.OwnerWorkflow && before.owner.Epoch == o.Epoch {
+		add(workflows.DriftOwnerWithoutRun,
+			fmt.Sprintf("the aggregate is its workflow's (epoch %d, since %s, %s) but the workflow is %s: nothing publishes it",
+				o.Epoch, o.Since.UTC().Format(time.RFC3339), o.Cause, wf.status),
+			fmt.Sprintf("nothing to do: the reconciler gives it back to the publish-first lane once it has been the workflow's for %s; "+
+				"if this comes back, find what ends its workflow (temporal workflow describe -w %s)", in.ReconcileAfter, wf.id))
 	}
 
 	// A workflow may publish its last rows and complete between the first

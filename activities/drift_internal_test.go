@@ -13,7 +13,12 @@ import (
 func TestJudgeDrift(t *testing.T) {
 	t.Parallel()
 	k := outbox.AggregateKey{Type: "order", ID: "o'42"}
-	in := workflows.DriftInput{ReconcileAfter: 10 * time.Minute}
+	in := driftInput{DriftInput: workflows.DriftInput{ReconcileAfter: 10 * time.Minute}, publishFirst: true}
+	owned := func(epoch int64) *outbox.Owner {
+		return &outbox.Owner{Owner: outbox.OwnerWorkflow, Epoch: epoch, Cause: "Unroutable", Since: time.Now()}
+	}
+	relay := &outbox.Owner{Owner: outbox.OwnerRelay, Epoch: 3, Holder: "r1"}
+	notAsked := driftWorkflow{id: "ferry/order/o'42", status: "not asked"}
 	running := func(delivered, publishing int64, pending ...int64) driftWorkflow {
 		return driftWorkflow{id: "ferry/order/o'42", status: "Running",
 			state: &workflows.State{Delivered: delivered, Publishing: publishing, Pending: pending}}
@@ -40,6 +45,15 @@ func TestJudgeDrift(t *testing.T) {
 		{"dispatched rows the workflow does not hold", driftTable{delivered: 5, dispatched: []int64{6, 7}}, running(5, 0), driftTable{delivered: 5, dispatched: []int64{6, 7}}, []string{workflows.DriftSignalLost}},
 		{"rows below the cursor", driftTable{delivered: 5, below: []int64{4}}, running(5, 0), driftTable{delivered: 5, below: []int64{4}}, []string{workflows.DriftBelowCursor}},
 		{"below the cursor in one read only", driftTable{delivered: 5, below: []int64{4}}, running(5, 0), driftTable{delivered: 5}, nil},
+		// The publish-first lane.
+		{"the lane's, published directly", driftTable{delivered: 5}, notAsked, driftTable{delivered: 5}, nil},
+		{"the lane's, a relay publishing it", driftTable{delivered: 5, owner: relay}, notAsked, driftTable{delivered: 6, owner: relay}, nil},
+		{"owned by a workflow with a run", driftTable{delivered: 5, owner: owned(7)}, running(5, 0), driftTable{delivered: 5, owner: owned(7)}, nil},
+		{"owned by a workflow without a run", driftTable{delivered: 5, owner: owned(7)}, gone, driftTable{delivered: 5, owner: owned(7)}, []string{workflows.DriftOwnerWithoutRun}},
+		{"handed over anew between the reads", driftTable{delivered: 5, owner: owned(7)}, gone, driftTable{delivered: 5, owner: owned(9)}, nil},
+		{"released between the reads", driftTable{delivered: 5, owner: owned(7)}, gone, driftTable{delivered: 6}, nil},
+		{"a row marked under a stale epoch", driftTable{delivered: 5, staleEpochs: []int64{4}}, notAsked, driftTable{delivered: 5, staleEpochs: []int64{4}}, []string{workflows.DriftStaleEpoch}},
+		{"a stale epoch in one read only", driftTable{delivered: 5, staleEpochs: []int64{4}}, notAsked, driftTable{delivered: 6}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,7 +76,7 @@ func TestDriftAdviceQuotesIdentifiers(t *testing.T) {
 	t.Parallel()
 	d := judgeDrift(outbox.AggregateKey{Type: "order", ID: "o'42"},
 		driftTable{delivered: 5, dispatched: []int64{6, 7, 8, 10}}, driftWorkflow{id: "ferry/order/o'42", status: "Running", state: &workflows.State{Delivered: 5}},
-		driftTable{delivered: 5, dispatched: []int64{6, 7, 8, 10}}, workflows.DriftInput{})
+		driftTable{delivered: 5, dispatched: []int64{6, 7, 8, 10}}, driftInput{})
 	require.Len(t, d, 1)
 	require.Contains(t, d[0].Differs, "rows v6-v8, v10 are dispatched")
 	require.Contains(t, d[0].Action, "aggregate_type = 'order' AND aggregate_id = 'o''42' AND status = 'dispatched'")

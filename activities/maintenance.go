@@ -121,13 +121,16 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.ReconcileInput) (workflows.ReconcileResult, error) {
 	var res workflows.ReconcileResult
 	age := cmp.Or(in.OlderThan, workflows.DefaultReconcileAfter)
-	stuck, before, err := outbox.StuckAggregates(ctx, a.pool, age)
-	if err != nil {
-		return res, fmt.Errorf("find stuck dispatches: %w", err)
-	}
 	if a.temporal == nil {
 		return res, temporal.NewNonRetryableApplicationError(
 			"this worker's activities have no Temporal client (activities.MaintenanceConfig.Temporal)", "Misconfigured", nil)
+	}
+	if err := a.takeBack(ctx, age, &res); err != nil {
+		return res, err
+	}
+	stuck, before, err := outbox.StuckAggregates(ctx, a.pool, age)
+	if err != nil {
+		return res, fmt.Errorf("find stuck dispatches: %w", err)
 	}
 	log := activity.GetLogger(ctx)
 	for _, ag := range stuck {
@@ -149,6 +152,58 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 			"unchecked", res.Unchecked)
 	}
 	return res, nil
+}
+
+// takeBackQuiet: an aggregate is taken back only when no relay handed its
+// workflow anything for this long, far longer than a dispatch can take
+// (it ends within the poller's lease): a start in flight may be about to
+// open a new run.
+const takeBackQuiet = 2 * time.Minute
+
+// takeBack gives aggregates back to the publish-first lane whose owning
+// workflow has no open run (terminated, timed out, failed, reset away)
+// and so will never release them: the owner row goes, the rows dispatched
+// to the workflow are pending again, and the lane publishes them.
+// Aggregates owned for less than age are not looked at; an open run
+// keeps its aggregate, however long.
+func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *workflows.ReconcileResult) error {
+	owned, err := outbox.WorkflowOwnedSince(ctx, a.pool, age, 1000)
+	if err != nil {
+		return fmt.Errorf("find aggregates workflows own: %w", err)
+	}
+	log := activity.GetLogger(ctx)
+	for _, o := range owned {
+		wfID := workflows.WorkflowID(o.Type, o.ID)
+		cctx, cancel := context.WithTimeout(ctx, driftCallTimeout)
+		d, err := a.temporal.DescribeWorkflowExecution(cctx, wfID, "")
+		cancel()
+		var notFound *serviceerror.NotFound
+		status := "not found"
+		switch {
+		case errors.As(err, &notFound):
+		case err != nil:
+			return fmt.Errorf("describe %s: %w", wfID, err)
+		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			continue
+		default:
+			status = d.GetWorkflowExecutionInfo().GetStatus().String()
+		}
+		took, rows, err := outbox.TakeBack(ctx, a.pool, o.Type, o.ID, o.Epoch, takeBackQuiet, fmt.Sprintf(
+			"re-queued by the reconciler: workflow %s owned the aggregate (epoch %d) but was %s, so it gave the aggregate back to the publish-first lane",
+			wfID, o.Epoch, status))
+		if err != nil {
+			return fmt.Errorf("take %s back: %w", wfID, err)
+		}
+		if !took {
+			continue
+		}
+		res.TakenBack = append(res.TakenBack, wfID)
+		a.maintenance.TakenBack(rows)
+		log.Warn("reconciler: took an aggregate back from a workflow that owned it without an open run; the publish-first lane publishes it again",
+			"workflow_id", wfID, "status", status, "epoch", o.Epoch, "owned_since", o.Since, "rows_requeued", rows)
+		activity.RecordHeartbeat(ctx, len(res.TakenBack))
+	}
+	return nil
 }
 
 // reconcileAggregate re-dispatches the rows of one aggregate that no open

@@ -5,17 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -23,10 +18,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
-	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -121,6 +116,7 @@ func (a *Publish) Register(r Registry, settings workflows.Settings) {
 	r.RegisterActivityWithOptions(bound.PublishEvent, activity.RegisterOptions{Name: workflows.PublishEventActivity})
 	r.RegisterActivityWithOptions(bound.LoadAggregateCursor, activity.RegisterOptions{Name: workflows.LoadCursorActivity})
 	r.RegisterActivityWithOptions(bound.PublishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
+	r.RegisterActivityWithOptions(bound.ReleaseAggregate, activity.RegisterOptions{Name: workflows.ReleaseAggregateActivity})
 }
 
 // workflowSettings is the answer to a run that asks: a copy, so no run
@@ -133,22 +129,23 @@ func (a *Publish) workflowSettings() *workflows.Settings {
 	return &s
 }
 
-// sender turns an outbox row into an AMQP message and publishes it: the
-// publish path's and a replay's.
+// sender publishes outbox rows to RabbitMQ (delivery.RabbitMQ): the
+// publish path's and a replay's. target is nil without a broker.
 type sender struct {
-	pub        *broker.Publisher
-	routingKey func(aggregateType, eventType string) string
-	tracer     trace.Tracer
+	target *delivery.RabbitMQ
+	tracer trace.Tracer
 }
 
 func newSender(pub *broker.Publisher, routingKey func(aggregateType, eventType string) string, tp trace.TracerProvider) sender {
-	if routingKey == nil {
-		routingKey = DefaultRoutingKey
-	}
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return sender{pub: pub, routingKey: routingKey, tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}
+	s := sender{tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}
+	if pub != nil {
+		// Only a nil publisher fails, and there is none here.
+		s.target, _ = delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub, RoutingKey: routingKey, TracerProvider: tp})
+	}
+	return s
 }
 
 // PublishEvent publishes one outbox event with a publisher confirm, then
@@ -169,6 +166,9 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	if ev.Status == "published" {
 		return workflows.PublishResult{AlreadyPublished: true, Effects: effects}, nil
 	}
+	if err := a.checkOwner(ctx, "publish", in.AggregateType, in.AggregateID, in.Epoch); err != nil {
+		return workflows.PublishResult{}, err
+	}
 	if err := a.deliverEvent(ctx, in.EventID, ev); err != nil {
 		noteError(ctx, a.pool, in.EventID, err)
 		var appErr *temporal.ApplicationError
@@ -178,13 +178,73 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 		return workflows.PublishResult{}, err
 	}
 	failpoint.Inject("worker.after-confirm")
-	if err := outbox.MarkPublished(ctx, a.pool, in.EventID); err != nil {
+	if err := a.markPublished(ctx, in); err != nil {
 		a.metrics.PublishFailed("MarkPublished")
-		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
+		return workflows.PublishResult{}, err
 	}
 	a.metrics.Published(ev.AggregateType, ev.DueAt)
+	a.metrics.LanePublished(metrics.PathWorkflow, 1)
 	activity.GetLogger(ctx).Debug("published", "event_id", in.EventID, "version", in.Version)
 	return workflows.PublishResult{Effects: effects}, nil
+}
+
+// checkOwner fails with ErrTypeLostOwnership, before anything is sent,
+// when a run that owns its aggregate under epoch (the publish-first lane)
+// does not any more. Without an epoch it checks nothing.
+func (a *Publish) checkOwner(ctx context.Context, what, aggregateType, aggregateID string, epoch int64) error {
+	if epoch == 0 {
+		return nil
+	}
+	owned, err := outbox.Owned(ctx, a.pool, aggregateType, aggregateID, epoch)
+	if err != nil {
+		return fmt.Errorf("check the owner of %s/%s: %w", aggregateType, aggregateID, err)
+	}
+	if !owned {
+		return lostOwnership(what, aggregateType, aggregateID, epoch)
+	}
+	return nil
+}
+
+// markPublished marks the confirmed event: under the run's epoch when it
+// has one.
+func (a *Publish) markPublished(ctx context.Context, in workflows.PublishInput) error {
+	if in.Epoch == 0 {
+		if err := outbox.MarkPublished(ctx, a.pool, in.EventID); err != nil {
+			return fmt.Errorf("mark event %s published: %w", in.EventID, err)
+		}
+		return nil
+	}
+	ok, err := outbox.MarkPublishedFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch)
+	if err != nil {
+		return fmt.Errorf("mark event %s published: %w", in.EventID, err)
+	}
+	if !ok {
+		return lostOwnership("marking event "+in.EventID+" published", in.AggregateType, in.AggregateID, in.Epoch)
+	}
+	return nil
+}
+
+// ReleaseAggregate gives an aggregate the run owns under its epoch back to
+// the publish-first lane, unless relays handed it versions it has not
+// delivered yet (Busy). An aggregate the run does not own any more counts
+// as released (an earlier attempt of this activity released it, or the
+// reconciler took it back): the run stops publishing either way.
+func (a *Publish) ReleaseAggregate(ctx context.Context, in workflows.ReleaseInput) (workflows.ReleaseResult, error) {
+	out, err := outbox.Release(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch)
+	if err != nil {
+		return workflows.ReleaseResult{}, fmt.Errorf("release %s/%s: %w", in.AggregateType, in.AggregateID, err)
+	}
+	res := workflows.ReleaseResult{Delivered: out.Delivered, HandedVersion: out.HandedVersion}
+	switch {
+	case out.Released:
+		res.Released = true
+		a.metrics.Handoff(metrics.ToLane, metrics.CauseReleased)
+	case out.Busy:
+		res.Busy = true
+	default:
+		res.Released, res.Owner = true, out.Owner.String()
+	}
+	return res, nil
 }
 
 // deliverEvent sends one event everywhere it goes: to RabbitMQ (unless it
@@ -223,92 +283,11 @@ func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (outbox.Publi
 	return ev, nil
 }
 
-// send publishes the row as an AMQP message and waits for the confirm,
+// send publishes the row to RabbitMQ and waits for the confirm,
 // classifying failures by ErrType.
 func (a *sender) send(ctx context.Context, id string, ev outbox.PublishRow) error {
-	msg, span := a.message(ctx, id, ev)
-	defer span.End()
-	err := a.pub.Publish(ctx, msg)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
+	_, err := a.target.Publish(ctx, []delivery.Event{{ID: id, Row: ev}})
 	return classifyPublish(err)
-}
-
-// message builds the AMQP message of a row and starts its producer span,
-// a child of the trace stored with the row, whose context travels in the
-// headers: the consumer's span becomes its child, so one trace runs command
-// → outbox → publish → consumer. With no tracer provider set the span
-// records nothing and the headers carry the row's own trace context. The
-// caller ends the span.
-//
-// The producer's headers (outbox.Event.Headers) go in first and Ferry's
-// over them: Ferry's always win. Validation and the schema refuse the
-// reserved names, so a collision means a row written around the check; it
-// is logged, once per message, naming the headers, never their values.
-func (a *sender) message(ctx context.Context, id string, ev outbox.PublishRow) (broker.Message, trace.Span) {
-	headers := make(amqp.Table, len(ev.Headers)+7)
-	for k, v := range ev.Headers {
-		headers[k] = v
-	}
-	own := amqp.Table{
-		broker.HeaderAggregateType:    ev.AggregateType,
-		broker.HeaderAggregateID:      ev.AggregateID,
-		broker.HeaderAggregateVersion: ev.Version,
-		broker.HeaderSchemaVersion:    int64(ev.SchemaVersion),
-	}
-	if ev.DueAt.After(ev.CreatedAt) {
-		own[broker.HeaderDueAt] = ev.DueAt
-	}
-	key := a.routingKey(ev.AggregateType, ev.EventType)
-	// The parent is the activity's span when it is in the row's trace,
-	// else the row's own context with a link to the activity's span
-	// (telemetry.PublishParent says why).
-	ctx, links := telemetry.PublishParent(ctx, ev.TraceParent, ev.TraceState)
-	ctx, span := a.tracer.Start(ctx, "ferry.publish "+key,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithLinks(links...),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "rabbitmq"),
-			attribute.String("messaging.message.id", id),
-			attribute.String("messaging.destination.name", key),
-			attribute.String("ferry.aggregate", ev.AggregateType+"/"+ev.AggregateID),
-			attribute.Int64("ferry.aggregate_version", ev.Version),
-		))
-	carrier := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, carrier)
-	for k, v := range carrier {
-		own[k] = v
-	}
-	var overridden []string
-	for k, v := range own {
-		if _, ok := headers[k]; ok {
-			overridden = append(overridden, k)
-		}
-		headers[k] = v
-	}
-	for k := range ev.Headers {
-		// Reserved in any case (outbox.ReservedHeader), but AMQP header
-		// names are case-sensitive: a "Ferry-Aggregate-ID" beside Ferry's
-		// own would only confuse a consumer.
-		if _, ours := own[k]; !ours && outbox.ReservedHeader(k) {
-			overridden = append(overridden, k)
-			delete(headers, k)
-		}
-	}
-	if len(overridden) > 0 && activity.IsActivity(ctx) {
-		slices.Sort(overridden)
-		activity.GetLogger(ctx).Warn("event headers with reserved names dropped, Ferry's own sent (the row was written around the outbox_events_headers_valid check)",
-			"event_id", id, "headers", overridden)
-	}
-	return broker.Message{
-		ID:         id,
-		Type:       ev.EventType,
-		RoutingKey: key,
-		Headers:    headers,
-		Body:       ev.Payload,
-		Timestamp:  ev.CreatedAt,
-	}, span
 }
 
 // classifyPublish turns a broker error into the activity's error type.

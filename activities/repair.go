@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -76,7 +77,18 @@ func (a *Repair) Register(r Registry) {
 // QuarantineEvent marks an event quarantined and counts it.
 func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
 	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
-	if err := outbox.Quarantine(ctx, a.pool, in.EventID, msg); err != nil {
+	if in.Epoch > 0 {
+		ok, err := outbox.QuarantineFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch, msg)
+		if err != nil {
+			return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
+		}
+		if !ok {
+			if owned, err := outbox.Owned(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch); err != nil || !owned {
+				return lostOwnership("quarantining event "+in.EventID, in.AggregateType, in.AggregateID, in.Epoch)
+			}
+			// Owned, and the row is published: nothing to quarantine.
+		}
+	} else if err := outbox.Quarantine(ctx, a.pool, in.EventID, msg); err != nil {
 		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 	}
 	a.metrics.Quarantined(in.EventType, in.ErrorClass)
@@ -107,6 +119,15 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		if dup, err := findRepair(ctx, tx, req.RequestID, &res); dup || err != nil {
 			return err
+		}
+		if in.Epoch > 0 {
+			owned, err := outbox.LockOwner(ctx, tx, in.AggregateType, in.AggregateID, in.Epoch)
+			if err != nil {
+				return fmt.Errorf("lock the owner of %s/%s: %w", in.AggregateType, in.AggregateID, err)
+			}
+			if !owned {
+				return lostOwnership("repair of event "+req.EventID, in.AggregateType, in.AggregateID, in.Epoch)
+			}
 		}
 		ev, err := outbox.LockForRepair(ctx, tx, req.EventID)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -182,7 +203,7 @@ func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput)
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up request %s: %w", in.RequestID, err)
 	}
-	if a.pub == nil {
+	if a.target == nil {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"event %s: replay re-publishes to RabbitMQ, and this worker has no broker (Config.NoBroker; ferry: --no-broker): nothing was published", in.EventID),
 			ErrTypeNotReplayable, nil)
@@ -246,6 +267,16 @@ func blanked(payload []byte) bool {
 // workflows.HoldInterval.
 func (a *Repair) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
 	msg := fmt.Sprintf("%saggregate blocked at event %s; claimed again after its repair", outbox.HeldPrefix, in.BlockedEventID)
+	if in.Epoch > 0 {
+		ok, err := outbox.HoldFenced(ctx, a.pool, in.EventIDs, in.AggregateType, in.AggregateID, in.Epoch, workflows.HoldInterval, msg)
+		if err != nil {
+			return fmt.Errorf("hold %d events of %s/%s: %w", len(in.EventIDs), in.AggregateType, in.AggregateID, err)
+		}
+		if !ok {
+			return lostOwnership(fmt.Sprintf("handing back %d events", len(in.EventIDs)), in.AggregateType, in.AggregateID, in.Epoch)
+		}
+		return nil
+	}
 	if err := outbox.Hold(ctx, a.pool, in.EventIDs, workflows.HoldInterval, msg); err != nil {
 		return fmt.Errorf("hold %d events of %s/%s: %w", len(in.EventIDs), in.AggregateType, in.AggregateID, err)
 	}
@@ -326,6 +357,9 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 			if err = outbox.Requeue(ctx, tx, req.EventID, newPayload, newSchema); err == nil {
 				newPayload, err = outbox.StoredPayload(ctx, tx, req.EventID)
 			}
+			if err == nil {
+				err = handRepairToWorkflow(ctx, tx, ev.AggregateType, ev.AggregateID)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("%s event %s: %w", req.Action, req.EventID, err)
@@ -337,6 +371,20 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 		return res, fmt.Errorf("repair %s: %w", req.EventID, err)
 	}
 	return res, nil
+}
+
+// handRepairToWorkflow: in a fleet of the publish-first lane, the event an
+// operator re-queued goes to its aggregate's workflow (retries visible in
+// the Temporal UI, quarantined again if it fails again), not back to the
+// lane; the aggregate is the workflow's from the repair's transaction on.
+// The workflow lane needs nothing: every event goes to the workflow.
+func handRepairToWorkflow(ctx context.Context, tx pgx.Tx, aggregateType, aggregateID string) error {
+	lane, err := outbox.FleetLane(ctx, tx)
+	if err != nil || lane != poller.LanePublishFirst {
+		return err
+	}
+	_, err = outbox.HandToWorkflow(ctx, tx, aggregateType, aggregateID, metrics.CauseRepair)
+	return err
 }
 
 // ErrInvalidRepair: RepairUnheld refused the request as it is; sending it

@@ -285,6 +285,11 @@ func (p *Publisher) confirm(ctx context.Context, sess *session, msg Message, dc 
 	acked, err := dc.WaitContext(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
+			// The caller stops waiting, but the message may still reach a
+			// queue: close the connection, so that nothing sent on it
+			// arrives after the caller moved on (a retry, or another
+			// relay taking over the aggregate, would then be overtaken).
+			p.abandon(sess)
 			return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, ctx.Err())
 		}
 		p.lost(sess)
@@ -459,6 +464,25 @@ func (p *Publisher) reset(sess *session) {
 	defer p.mu.Unlock()
 	if p.cur == sess {
 		_ = p.cur.conn.Close()
+		p.cur = nil
+	}
+}
+
+// CloseWait bounds closing the connection after a confirm that did not
+// come in time (the caller's context ended first). RabbitMQ handles a
+// connection's frames in order, so once its close-ok arrives nothing sent
+// on it can still be routed. A caller that must know this before it lets
+// another party publish (the publish-first lane, whose lease it guards)
+// stops waiting for confirms CloseWait before it must.
+const CloseWait = 2 * time.Second
+
+// abandon drops sess like reset, waiting at most CloseWait for the
+// broker's close-ok.
+func (p *Publisher) abandon(sess *session) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == sess {
+		_ = sess.conn.CloseDeadline(time.Now().Add(CloseWait))
 		p.cur = nil
 	}
 }

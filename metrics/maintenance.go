@@ -13,6 +13,30 @@ type Maintenance struct {
 	driftSampled   prometheus.Counter
 	driftUnchecked prometheus.Counter
 	driftFound     *prometheus.CounterVec
+
+	// relay counts the aggregates the reconciler takes back
+	// (ferry_lane_handoffs_total), when linked (CountHandoffsIn).
+	relay *Relay
+}
+
+// CountHandoffsIn makes the reconciler count the aggregates it takes back
+// from workflows in r's ferry_lane_handoffs_total{direction="to_lane",
+// cause="reconciled"}.
+func (m *Maintenance) CountHandoffsIn(r *Relay) {
+	if m != nil {
+		m.relay = r
+	}
+}
+
+// TakenBack counts one aggregate the reconciler took back from a
+// workflow whose run ended without releasing it, and the rows it set
+// pending again (ReconcileOwnerGone).
+func (m *Maintenance) TakenBack(rows int64) {
+	if m == nil {
+		return
+	}
+	m.relay.Handoff(ToLane, CauseReconciled)
+	m.reconciled.WithLabelValues(ReconcileOwnerGone).Add(float64(rows))
 }
 
 // NewMaintenance creates the maintenance counters and registers them on reg.
@@ -24,7 +48,7 @@ func NewMaintenance(reg prometheus.Registerer) (*Maintenance, error) {
 		}, []string{"step"}),
 		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_reconciled_rows_total",
-			Help: "Dispatched rows the reconciler set back to pending, by cause: workflow_not_running (no open run), not_held_by_run (the open run started after the row was dispatched and does not hold it).",
+			Help: "Dispatched rows the reconciler set back to pending, by cause: workflow_not_running (no open run), not_held_by_run (the open run started after the row was dispatched and does not hold it), owner_run_ended (the publish-first lane took the aggregate back from a workflow with no open run).",
 		}, []string{"cause"}),
 		driftSampled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_drift_sampled_total",
@@ -67,6 +91,10 @@ const (
 	// ReconcileNotHeld: the open run started after the rows were
 	// dispatched (to a run that ended) and does not hold them.
 	ReconcileNotHeld = "not_held_by_run"
+	// ReconcileOwnerGone: the workflow that owned the aggregate in the
+	// publish-first lane has no open run; the aggregate went back to the
+	// lane with the rows dispatched to it.
+	ReconcileOwnerGone = "owner_run_ended"
 )
 
 // Reconciled counts rows re-dispatched for cause (ReconcileNotRunning,

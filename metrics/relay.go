@@ -17,6 +17,8 @@ type Relay struct {
 	latency        prometheus.Histogram
 	dispatches     *prometheus.CounterVec
 	deliveries     *prometheus.CounterVec
+	lanePublished  *prometheus.CounterVec
+	handoffs       *prometheus.CounterVec
 	// quarantined is Metrics' ferry_events_quarantined_total, when the
 	// relay metrics are part of a Metrics; nil otherwise.
 	quarantined *prometheus.CounterVec
@@ -60,7 +62,21 @@ func NewRelay(reg prometheus.Registerer) (*Relay, error) {
 			Help: "Deliveries to workflow destinations, by destination and outcome: delivered (started or signalled), existed (a start found its workflow there), repeated (a signal its closed workflow had taken), failed (retried, or quarantines the event).",
 		}, []string{"destination", "outcome"}),
 	}
-	if err := register(reg, r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches, r.deliveries); err != nil {
+	r.lanePublished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ferry_lane_published_total",
+		Help: "Events published, by path: direct (the publish-first lane's relay published it itself) or workflow (an aggregate workflow's activity did).",
+	}, []string{"path"})
+	r.handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ferry_lane_handoffs_total",
+		Help: "Aggregates changing hands in the publish-first lane: direction to_workflow (a relay handed it to its workflow; cause: the failed publish's error class, NeedsWorkflow, EventMissing, Repair) or to_lane (released: its run published what it held; reconciled: the reconciler took it back from a run that ended).",
+	}, []string{"direction", "cause"})
+	// Known label values start at 0, so that rate() and increase() see the
+	// first one (a series born above 0 has no earlier sample).
+	for _, path := range []string{PathDirect, PathWorkflow} {
+		r.lanePublished.WithLabelValues(path)
+	}
+	if err := register(reg, r.claimed, r.signalFailures, r.batchDuration, r.published, r.publishErrors, r.latency, r.dispatches, r.deliveries,
+		r.lanePublished, r.handoffs); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -106,6 +122,34 @@ func (r *Relay) Quarantined(eventType, errorClass string) {
 func (r *Relay) Dispatched(how string) {
 	if r != nil {
 		r.dispatches.WithLabelValues(how).Inc()
+	}
+}
+
+// Label values of ferry_lane_published_total (path) and
+// ferry_lane_handoffs_total (direction, and the causes that are not a
+// failed publish's error class).
+const (
+	PathDirect      = "direct"
+	PathWorkflow    = "workflow"
+	ToWorkflow      = "to_workflow"
+	ToLane          = "to_lane"
+	CauseReleased   = "released"
+	CauseReconciled = "reconciled"
+	CauseRepair     = "Repair"
+)
+
+// LanePublished counts n events published by one path (PathDirect,
+// PathWorkflow).
+func (r *Relay) LanePublished(path string, n int) {
+	if r != nil {
+		r.lanePublished.WithLabelValues(path).Add(float64(n))
+	}
+}
+
+// Handoff counts one aggregate changing hands in the publish-first lane.
+func (r *Relay) Handoff(direction, cause string) {
+	if r != nil {
+		r.handoffs.WithLabelValues(direction, cause).Inc()
 	}
 }
 

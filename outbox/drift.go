@@ -72,6 +72,30 @@ func ReadDriftRows(ctx context.Context, db Queryer, aggregateType, aggregateID s
 	return t, err == nil, err
 }
 
+// sqlStaleEpochs finds, among the aggregate's last 1000 published
+// versions marked under an epoch (the publish-first lane), those marked
+// under a lower epoch than an earlier version: epochs only grow with
+// every ownership change, so a later version under an older epoch was
+// marked by an owner that had lost the aggregate.
+const sqlStaleEpochs = `
+SELECT coalesce((array_agg(aggregate_version ORDER BY aggregate_version))[1:100], '{}') FROM (
+    SELECT aggregate_version, owner_epoch,
+           max(owner_epoch) OVER (ORDER BY aggregate_version ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier
+    FROM outbox_events
+    WHERE aggregate_type = $1 AND aggregate_id = $2 AND aggregate_version > $3 - 1000
+      AND status = 'published' AND owner_epoch IS NOT NULL
+) v
+WHERE owner_epoch < earlier`
+
+// StaleEpochs lists (at most 100 of) the aggregate's versions within 1000
+// below delivered that were marked under an older epoch than an earlier
+// version.
+func StaleEpochs(ctx context.Context, db Queryer, aggregateType, aggregateID string, delivered int64) ([]int64, error) {
+	var vs []int64
+	err := db.QueryRow(ctx, sqlStaleEpochs, aggregateType, aggregateID, delivered).Scan(&vs)
+	return vs, err
+}
+
 // The statements below are advice: the drift check spells them out for an
 // operator, with the aggregate's literals in place; nothing runs them.
 
@@ -101,3 +125,10 @@ func whereAggregate(aggregateType, aggregateID string) string {
 // quote quotes s as an SQL string literal, for the statements the advice
 // spells out.
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// AdviceShowEpochs lists the aggregate's published rows with the epoch
+// each was marked under.
+func AdviceShowEpochs(aggregateType, aggregateID string) string {
+	return "SELECT aggregate_version, owner_epoch, published_at FROM outbox_events WHERE " +
+		whereAggregate(aggregateType, aggregateID) + " AND status = 'published' ORDER BY aggregate_version DESC LIMIT 50"
+}

@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,9 +98,20 @@ func refused(err error) bool {
 }
 
 // RunOnce claims one batch, signals its aggregates and marks what Temporal
-// accepted. It returns the number of rows claimed. Aggregates whose signal
-// failed keep their rows pending; the error then says how many failed.
+// accepted (in the publish-first lane: one round of the lane, lane.go).
+// It returns the number of rows claimed. Aggregates whose signal failed
+// keep their rows pending with a backoff; the error says so only when
+// every aggregate failed (Temporal takes nothing), and the loop then
+// backs off.
 func (p *Poller) RunOnce(ctx context.Context) (int, error) {
+	if p.cfg.Lane == LanePublishFirst {
+		n, _, err := p.laneRound(ctx, nil)
+		return n, err
+	}
+	return p.runWorkflowOnce(ctx)
+}
+
+func (p *Poller) runWorkflowOnce(ctx context.Context) (int, error) {
 	start := time.Now()
 	rows, err := p.cfg.Pool.Query(ctx, sqlClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name, p.cfg.BatchSize*claimExtension)
 	if err != nil {
@@ -134,31 +144,20 @@ func (p *Poller) RunOnce(ctx context.Context) (int, error) {
 	// signals were in flight, or every signalled row waits out its lease.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
 	defer cancel()
-	if len(ok) > 0 {
-		if _, err := p.cfg.Pool.Exec(mctx, sqlMarkDispatched, ok); err != nil {
-			// The workflows have the events; the rows come back after the
-			// lease and are re-signalled, and the workflows drop them.
-			return len(batch), fmt.Errorf("mark %d rows dispatched: %w", len(ok), err)
-		}
-	}
-	var firstErr error
-	for _, f := range failed {
-		firstErr = cmp.Or(firstErr, f.err)
-		release := f.ids
-		if refused(f.err) {
-			release = p.quarantineRefused(mctx, f)
-		}
-		if len(release) == 0 {
-			continue
-		}
-		if _, err := p.cfg.Pool.Exec(mctx, sqlRelease, release, p.cfg.MaxBackoff, pgtext.Truncate(f.err.Error(), 1000)); err != nil {
-			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
-		}
-	}
+	markErr := p.settleDispatch(mctx, groups, ok, failed)
 	p.metrics.Batch(len(batch), len(failed), time.Since(start))
 	p.log.Debug("relayed batch", "claimed", len(batch), "aggregates", len(groups), "signalled", len(ok), "failed_aggregates", len(failed))
-	if len(failed) > 0 {
-		return len(batch), fmt.Errorf("signal %d of %d aggregates (first error: %w)", len(failed), len(groups), firstErr)
+	switch {
+	case markErr != nil:
+		return len(batch), markErr
+	case len(failed) == len(groups):
+		// Temporal takes nothing: an outage; the loop backs off.
+		return len(batch), fmt.Errorf("signal %d of %d aggregates (first error: %w)", len(failed), len(groups), failed[0].err)
+	case len(failed) > 0:
+		// Some aggregates failed, the others went through: their rows wait
+		// with a backoff of their own, and the loop does not slow the rest.
+		p.log.Warn("could not hand some aggregates to Temporal; their rows stay pending and are retried with a backoff",
+			"failed_aggregates", len(failed), "of", len(groups), "first_aggregate", failed[0].workflowID, "first_error", failed[0].err)
 	}
 	return len(batch), nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -68,24 +69,49 @@ func (p *Poller) MarkDispatched(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// Drain is the poller's claim pass: RunOnce until a batch comes back short
-// (fewer than BatchSize rows). It returns the rows claimed and the first
-// error, which ends the pass.
+// Drain is the poller's claim pass: rounds of the configured lane (RunOnce
+// in the workflow lane) until one comes back short. It returns the rows
+// claimed and the first error, which ends the pass.
 func (p *Poller) Drain(ctx context.Context) (total int, err error) {
 	for {
-		n, err := p.RunOnce(ctx)
+		n, again, err := p.round(ctx)
 		total += n
-		if err != nil || n < p.cfg.BatchSize {
+		if err != nil || !again {
 			return total, err
 		}
 	}
 }
+
+// RelayAggregates is the publish-first lane's round for the given
+// aggregates, as the log-tailing relay hands them over from its stream:
+// their next events are published directly (or handed to the workflows
+// that own them) when nothing else holds them; what this leaves (an
+// aggregate another relay is publishing, a version not due yet) is the
+// claim pass's. It returns the rows it took.
+func (p *Poller) RelayAggregates(ctx context.Context, keys []outbox.AggregateKey) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	n, _, err := p.laneRound(ctx, keys)
+	return n, err
+}
+
+// Lane is the lane this poller runs (Config.Lane).
+func (p *Poller) Lane() string { return p.cfg.Lane }
 
 type aggregateGroup struct {
 	aggType, aggID string
 	events         []workflows.EventRef
 	ids            []string
 	rows           []claimed // for the dispatch span's parent and links
+	// epoch: the workflow owns the aggregate under it (the publish-first
+	// lane); 0 in the workflow lane.
+	epoch int64
+	// handoff: the lane hands the aggregate over now (cause says why): a
+	// run is started with the events in its input, signalled only when
+	// one is open.
+	handoff bool
+	cause   string
 }
 
 // group splits a batch per aggregate, versions ascending, aggregates in the

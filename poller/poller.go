@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/startstop"
 	"github.com/ferry-outbox/ferry/internal/testhook"
@@ -88,6 +89,25 @@ type Config struct {
 	// given up (or re-queued) with `ferry repair`. Attempts are counted at
 	// claim time. Default 3.
 	MaxRefusedAttempts int
+	// Lane is how this relay delivers: LaneWorkflow (default) hands every
+	// event to its aggregate's workflow; LanePublishFirst publishes events
+	// to Target itself and hands an aggregate to its workflow only when it
+	// needs one (lane.go). Every relay of one outbox runs the same lane:
+	// Start refuses a relay of the other one (fleet.go).
+	Lane string
+	// Target is where LanePublishFirst publishes (delivery.RabbitMQ, with
+	// the worker's broker settings). Required with LanePublishFirst,
+	// unused otherwise.
+	Target delivery.Target
+	// NeedsWorkflow says whether an event type must go through its
+	// aggregate's workflow in LanePublishFirst: one that starts effects
+	// or goes to workflow destinations. The lane hands the aggregate over
+	// at such an event. Default: none does.
+	NeedsWorkflow func(aggregateType, eventType string) bool
+	// Source names how this relay finds rows, for the fleet's registry
+	// (ferry_relays): "poll" (default) or "wal" (package walrelay sets it).
+	Source string
+
 	// Metrics counts claims, signal failures, batch durations, refused
 	// events and dispatches (a *metrics.Relay is one); nil counts nothing.
 	Metrics Metrics
@@ -125,6 +145,9 @@ type Poller struct {
 	run    startstop.Runner
 	wake   chan struct{}
 	recent *recentSet
+	// pause holds the publish-first lane after a broker-wide failure.
+	pause lanePause
+	fleet *fleetMember
 }
 
 // Start modes (Config.StartMode).
@@ -145,13 +168,18 @@ func New(cfg Config) (*Poller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Lane == LanePublishFirst && cfg.Target == nil {
+		return nil, errors.New("poller: Config.Target is nil: the publish-first lane publishes to it (the broker settings)")
+	}
 	var m Metrics = noMetrics{}
 	if cfg.Metrics != nil {
 		m = cfg.Metrics
 	}
-	return &Poller{cfg: cfg, metrics: m, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
+	p := &Poller{cfg: cfg, metrics: m, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
-		recent: newRecentSet(cfg.SignalWindow, recentMax)}, nil
+		recent: newRecentSet(cfg.SignalWindow, recentMax)}
+	p.fleet = newFleetMember(p)
+	return p, nil
 }
 
 func (cfg Config) withDefaults() Config {
@@ -168,6 +196,8 @@ func (cfg Config) withDefaults() Config {
 	cfg.StartMode = cmp.Or(cfg.StartMode, StartOneShot)
 	cfg.MaxRefusedAttempts = cmp.Or(cfg.MaxRefusedAttempts, 3)
 	cfg.SignalWindow = cmp.Or(cfg.SignalWindow, workflows.DefaultIdleTimeout)
+	cfg.Lane = cmp.Or(cfg.Lane, LaneWorkflow)
+	cfg.Source = cmp.Or(cfg.Source, "poll")
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -201,28 +231,42 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("poller: Config.MaxRefusedAttempts %d: must be at least 1", cfg.MaxRefusedAttempts)
 	case cfg.StartMode != StartOneShot && cfg.StartMode != StartKeepAlive:
 		return fmt.Errorf("poller: Config.StartMode %q: use %q or %q", cfg.StartMode, StartOneShot, StartKeepAlive)
+	case cfg.Lane != LaneWorkflow && cfg.Lane != LanePublishFirst:
+		return fmt.Errorf("poller: Config.Lane %q: use %q or %q", cfg.Lane, LaneWorkflow, LanePublishFirst)
+	case cfg.Lease <= cfg.MarkTimeout+brokerCloseWait && cfg.Lane == LanePublishFirst:
+		return fmt.Errorf("poller: Config.Lease %s must exceed MarkTimeout %s + %s for the broker's close in the publish-first lane",
+			cfg.Lease, cfg.MarkTimeout, brokerCloseWait)
 	}
 	return nil
 }
 
-// Start starts the loop and the listener and returns at once.
+// Start joins the fleet of this outbox's relays (refused, naming the
+// other relay, when one of the other lane runs), then starts the loop and
+// the listener and returns.
 func (p *Poller) Start(ctx context.Context) error {
+	if err := p.JoinFleet(ctx); err != nil {
+		return err
+	}
 	err := p.run.Start(ctx, func(ctx context.Context) {
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); p.listen(ctx) }()
-		go func() { defer wg.Done(); p.loop(ctx) }()
+		wg.Go(func() { p.listen(ctx) })
+		wg.Go(func() { p.loop(ctx) })
 		wg.Wait()
 	})
 	if err != nil {
+		p.LeaveFleet()
 		return fmt.Errorf("poller: %w", err)
 	}
 	return nil
 }
 
 // Stop ends the loop and waits for the batch in hand to finish (its rows are
-// either marked or left to their lease). Safe to call more than once.
-func (p *Poller) Stop() { p.run.Stop() }
+// either marked or left to their lease), then leaves the fleet. Safe to
+// call more than once.
+func (p *Poller) Stop() {
+	p.run.Stop()
+	p.LeaveFleet()
+}
 
 func (p *Poller) loop(ctx context.Context) {
 	ticker := time.NewTicker(p.cfg.PollInterval)
@@ -270,12 +314,18 @@ const trailingClaim = 50 * time.Millisecond
 
 // drain relays batches until one comes back short.
 func (p *Poller) drain(ctx context.Context) error {
-	for {
-		n, err := p.RunOnce(ctx)
-		if err != nil || n < p.cfg.BatchSize {
-			return err
-		}
+	_, err := p.Drain(ctx)
+	return err
+}
+
+// round is one claim round of the configured lane; again says another
+// round would find more.
+func (p *Poller) round(ctx context.Context) (int, bool, error) {
+	if p.cfg.Lane == LanePublishFirst {
+		return p.laneRound(ctx, nil)
 	}
+	n, err := p.runWorkflowOnce(ctx)
+	return n, n >= p.cfg.BatchSize, err
 }
 
 // retryBase is the first wait of the loop's and the listener's backoff

@@ -180,7 +180,7 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, SignalWindow: time.Hour, Logger: logger,
-		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
+		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, Lane: LaneWorkflow, Source: "wal",
 	})
 	require.NoError(t, err)
 	require.Equal(t, Config{
@@ -188,8 +188,21 @@ func TestNewKeepsExplicitSettings(t *testing.T) {
 		TaskQueue: "q", Name: "me", BatchSize: 10000, Lease: 11 * time.Second,
 		SignalTimeout: 5 * time.Second, MarkTimeout: 5 * time.Second, PollInterval: 10 * time.Millisecond,
 		Concurrency: 1, MaxBackoff: time.Minute, SignalWindow: time.Hour, Logger: logger,
-		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2,
+		TracerProvider: tp, StartMode: StartKeepAlive, MaxRefusedAttempts: 2, Lane: LaneWorkflow, Source: "wal",
 	}, p.cfg)
+}
+
+// The publish-first lane's target is a dependency, like the pool: Validate
+// does not ask for it, New does.
+func TestNewNeedsTheLaneTarget(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Lane: LanePublishFirst}
+	require.NoError(t, cfg.Validate())
+	cfg.Pool, cfg.Temporal = lazyPool(t), deadTemporal(t)
+	p, err := New(cfg)
+	require.Nil(t, p)
+	require.ErrorContains(t, err, "Config.Target is nil")
+	require.ErrorContains(t, err, "publish-first")
 }
 
 func TestNewRejectsBadSettings(t *testing.T) {
@@ -207,6 +220,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		{"negative concurrency", Config{Concurrency: -1}, []string{"Config.Concurrency", "-1"}},
 		{"negative refused attempts", Config{MaxRefusedAttempts: -1}, []string{"Config.MaxRefusedAttempts", "-1"}},
 		{"negative signal window", Config{SignalWindow: -time.Second}, []string{"Config.SignalWindow", "-1s"}},
+		{"unknown lane", Config{Lane: "fast"}, []string{"Config.Lane", `"fast"`, LaneWorkflow, LanePublishFirst}},
 		{
 			"lease equal to signal + mark timeout",
 			Config{Lease: 10 * time.Second}, // defaults: SignalTimeout 5s + MarkTimeout 5s

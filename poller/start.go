@@ -29,9 +29,29 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		AggregateID:   g.aggID,
 		Revision:      workflows.CurrentRevision,
 	}
+	if g.epoch > 0 {
+		// The publish-first lane: the workflow owns the aggregate.
+		in.Revision, in.Epoch = workflows.LaneRevision, g.epoch
+	}
 	parts := chunks(g.events, maxRefsPerDispatch)
 	how := DispatchSignal
-	if p.cfg.StartMode == StartOneShot && !p.recent.seen(id, time.Now()) {
+	switch {
+	case g.handoff:
+		in.Handoff, in.HandoffCause = true, g.cause
+		started, err := p.startOneShot(ctx, id, parts[0], in)
+		if err != nil {
+			return err
+		}
+		if started {
+			parts = parts[1:]
+			how = DispatchHandoff
+		} else {
+			// A run is open (one that released the aggregate and is
+			// completing, or one of before the lane): the signal's epoch
+			// makes it the owner.
+			how = DispatchHandoffSignal
+		}
+	case g.epoch == 0 && p.cfg.StartMode == StartOneShot && !p.recent.seen(id, time.Now()):
 		started, err := p.startOneShot(ctx, id, parts[0], in)
 		if err != nil {
 			return err
@@ -47,7 +67,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 	// version order: the run started above, or an open one, takes them.
 	for _, part := range parts {
 		_, err = p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
-			workflows.EventsSignalArg{Events: part},
+			workflows.EventsSignalArg{Events: part, Epoch: g.epoch},
 			client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
 			workflows.AggregateWorkflowName, in)
 		if err != nil {

@@ -55,6 +55,7 @@ REVOKE ALL ON FUNCTION :"schema".outbox_assign_version() FROM PUBLIC;
 -- Start from nothing, so a re-run also takes back what an older version of
 -- this script granted.
 REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"producer", :"relay", :"consumer";
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"producer", :"relay", :"consumer";
 REVOKE ALL ON SCHEMA :"schema" FROM :"producer", :"relay", :"consumer";
 
 GRANT USAGE ON SCHEMA :"schema" TO :"producer", :"relay";
@@ -71,9 +72,13 @@ GRANT SELECT ON :"schema".outbox_events, :"schema".outbox_aggregates TO :"relay"
 -- schema_version: audited in ferry_repairs). Never an event's identity,
 -- aggregate, version or type.
 GRANT UPDATE (status, attempts, next_attempt_at, claimed_by, dispatched_at, published_at, last_error,
-              payload, schema_version)
+              payload, schema_version, owner_epoch)
     ON :"schema".outbox_events TO :"relay";
 GRANT UPDATE (delivered_version, updated_at) ON :"schema".outbox_aggregates TO :"relay";
+-- The publish-first lane: who owns an aggregate (taken, handed over,
+-- released, taken back), its epochs, and the relays' registry.
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_owners, :"schema".ferry_relays TO :"relay";
+GRANT USAGE ON SEQUENCE :"schema".ferry_owner_epoch TO :"relay";
 -- The audit trail: append and read, never update or delete.
 GRANT SELECT, INSERT ON :"schema".ferry_repairs TO :"relay";
 -- The e-mail effect's sent-ledger (the worker sends e-mails): rows are

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
@@ -229,6 +230,24 @@ func TestRelayRole(t *testing.T) {
 	require.NoError(t, val.Get(&cursor))
 	require.Equal(t, int64(1), cursor.Delivered)
 
+	// The publish-first lane: the relay takes the aggregate, publishes its
+	// event itself, marks it and gives the aggregate back.
+	r.insert(t, "lane")
+	target, err := delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub})
+	require.NoError(t, err)
+	lane, err := poller.New(poller.Config{Pool: pool, Temporal: testenv.LazyTemporal(t, testenv.ClosedAddr(t)),
+		Lane: poller.LanePublishFirst, Target: target, Name: "lane-relay"})
+	require.NoError(t, err)
+	require.NoError(t, lane.JoinFleet(ctx))
+	n, err = lane.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	lane.LeaveFleet()
+	_, ok2 = br.Get(t, 5*time.Second)
+	require.True(t, ok2, "the lane's event reached RabbitMQ")
+	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM outbox_events WHERE aggregate_id = 'lane' AND status = 'published' AND owner_epoch > 0`))
+	require.Equal(t, 0, count(t, r.db.Pool, `SELECT count(*) FROM outbox_owners`), "the relay gave the aggregate back")
+
 	// A poison event: quarantined, then patched on an operator's request,
 	// which writes the audit row.
 	r.insert(t, "2")
@@ -254,6 +273,7 @@ func TestRelayRole(t *testing.T) {
 		"move last_version":    `UPDATE outbox_aggregates SET last_version = 100`,
 		"delete counters":      `DELETE FROM outbox_aggregates`,
 		"create a table":       `CREATE TABLE sneaky (id int)`,
+		"reset the epochs":     `ALTER SEQUENCE ferry_owner_epoch RESTART`,
 	} {
 		requireDenied(t, r.as(t, r.relay, sql), what)
 	}

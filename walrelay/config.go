@@ -10,15 +10,23 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 )
 
 // Dispatcher is what the stream hands events to and catches up with:
-// *poller.Poller, not started (the relay drives it).
+// *poller.Poller, not started (the relay drives it and joins the relays'
+// registry through it).
 type Dispatcher interface {
 	Dispatch(ctx context.Context, events []poller.Event) (accepted []string, failed []poller.Failure)
 	MarkDispatched(ctx context.Context, ids []string) error
 	Drain(ctx context.Context) (int, error)
+	// RelayAggregates is the publish-first lane's round for the streamed
+	// aggregates (Lane says which lane the poller runs).
+	RelayAggregates(ctx context.Context, keys []outbox.AggregateKey) (int, error)
+	Lane() string
+	JoinFleet(ctx context.Context) error
+	LeaveFleet()
 }
 
 // Config configures a Relay.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/startstop"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 )
 
@@ -71,6 +72,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("walrelay: %w", err)
 	}
+	if err := r.cfg.Poller.JoinFleet(ctx); err != nil {
+		return err
+	}
 	if err := r.cfg.Pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&r.schema); err != nil {
 		return fmt.Errorf("walrelay: read the current schema: %w", err)
 	}
@@ -85,15 +89,20 @@ func (r *Relay) Start(ctx context.Context) error {
 		wg.Wait()
 	})
 	if err != nil {
+		r.cfg.Poller.LeaveFleet()
 		return fmt.Errorf("walrelay: %w", err)
 	}
 	return nil
 }
 
 // Stop ends the stream and the catch-up pass and waits for the batch in
-// hand (its position is confirmed only if Temporal accepted all of it).
-// Safe to call more than once.
-func (r *Relay) Stop() { r.run.Stop() }
+// hand (its position is confirmed once its events are handed over or left
+// to the claim pass), then leaves the relays' registry. Safe to call more
+// than once.
+func (r *Relay) Stop() {
+	r.run.Stop()
+	r.cfg.Poller.LeaveFleet()
+}
 
 // Streamed is how many events the stream handed to Temporal so far.
 func (r *Relay) Streamed() int64 {
@@ -416,7 +425,10 @@ func (s *session) flush(ctx context.Context) error {
 		s.r.replanCatchUp()
 	}
 	total := len(events)
-	for failures := 0; len(events) > 0; {
+	if cfg.Poller.Lane() == poller.LanePublishFirst {
+		s.relayDirect(ctx, events)
+	}
+	for failures := 0; len(events) > 0 && cfg.Poller.Lane() != poller.LanePublishFirst; {
 		dctx, cancel := context.WithTimeout(ctx, dispatchTimeout)
 		accepted, failed := cfg.Poller.Dispatch(dctx, events)
 		cancel()
@@ -472,6 +484,32 @@ func (s *session) flush(ctx context.Context) error {
 	s.pending, s.events = s.pending[:0], 0
 	s.confirmed = max(s.confirmed, end)
 	return s.sendStatus(ctx)
+}
+
+// relayDirect is flush in the publish-first lane: the streamed rows'
+// aggregates get one round of the lane (poller.RelayAggregates), which
+// publishes their next events or hands them to the workflows that own
+// them. Whatever it leaves (an aggregate another relay or the catch-up
+// pass is publishing: it runs another round when it releases one with
+// later versions; a version not due yet: the catch-up pass claims it when
+// due) stays pending, and the stream moves on: one aggregate never holds
+// up the others.
+func (s *session) relayDirect(ctx context.Context, events []poller.Event) {
+	seen := map[outbox.AggregateKey]bool{}
+	var keys []outbox.AggregateKey
+	for _, e := range events {
+		k := outbox.AggregateKey{Type: e.AggregateType, ID: e.AggregateID}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, dispatchTimeout)
+	defer cancel()
+	if _, err := s.r.cfg.Poller.RelayAggregates(dctx, keys); err != nil && ctx.Err() == nil {
+		s.r.log.Warn("could not relay streamed events; they stay pending for the catch-up pass", "aggregates", len(keys), "error", err)
+		s.r.catchUpNow()
+	}
 }
 
 // sqlDelayed picks, of rows streamed without deliver_after, those that

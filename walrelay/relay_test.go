@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/walrelay"
 )
@@ -100,6 +101,14 @@ func (r *recorder) Drain(ctx context.Context) (int, error) {
 	r.pending = ids
 	r.pendingAt = append(r.pendingAt, ids)
 	return 0, nil
+}
+
+// The recorder runs the workflow lane and joins no registry.
+func (r *recorder) Lane() string                    { return poller.LaneWorkflow }
+func (r *recorder) JoinFleet(context.Context) error { return nil }
+func (r *recorder) LeaveFleet()                     {}
+func (r *recorder) RelayAggregates(context.Context, []outbox.AggregateKey) (int, error) {
+	return 0, errors.New("the recorder runs the workflow lane")
 }
 
 func (r *recorder) events() []poller.Event {

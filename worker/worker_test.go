@@ -150,5 +150,5 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	worker.Register(&r, testActivities(t), workflows.Settings{})
 
 	require.Equal(t, []string{workflows.AggregateWorkflowName, workflows.ReplayWorkflowName, workflows.RetentionWorkflowName, workflows.ReconcileWorkflowName}, r.workflows)
-	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity}, r.activities)
+	require.ElementsMatch(t, []string{workflows.PublishEventActivity, workflows.LoadCursorActivity, workflows.PublishBatchActivity, workflows.ReleaseAggregateActivity, workflows.QuarantineActivity, workflows.RepairActivity, workflows.ReplayActivity, workflows.PurgeActivity, workflows.ReconcileActivity, workflows.DriftActivity, workflows.HoldEventsActivity, workflows.ReleaseHeldActivity}, r.activities)
 }

@@ -16,6 +16,10 @@ const (
 	// ErrClassBroker is the publish activity's error type when RabbitMQ is
 	// unreachable (activities.ErrTypeBroker): an outage, not a poison event.
 	ErrClassBroker = "BrokerUnavailable"
+	// ErrClassLostOwnership is an activity's error type when the run's
+	// aggregate is not owned under its epoch any more (Revision3): the run
+	// fails rather than quarantine anything.
+	ErrClassLostOwnership = "LostOwnership"
 )
 
 // InfraRetryInterval: an event quarantined because the broker was
@@ -100,6 +104,12 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 			return err
 		}
 	case in.Resumed:
+	case in.Handoff:
+		// The event the relay could not publish goes to the regular
+		// path: read the cursor (and the settings) on their own.
+		if err := st.loadCursor(ctx); err != nil {
+			return err
+		}
 	case in.Revision >= Revision1:
 		st.cursorUnknown = true // the first batch reads it (resolveCursor)
 	default:
@@ -153,7 +163,7 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 			workflow.GetLogger(ctx).Info("waiting for a missing version", "want", st.delivered+1, "have", st.pending[0].Version)
 			var arg EventsSignalArg
 			signals.Receive(ctx, &arg)
-			st.add(arg.Events)
+			st.receive(arg)
 			continue
 		}
 
@@ -165,7 +175,8 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 }
 
 func newAggregateState(in AggregateInput) *aggregateState {
-	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs, held: in.Held}
+	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs, held: in.Held,
+		epoch: in.Epoch, regularNext: in.Handoff && !in.Resumed}
 	if in.Revision >= Revision2 {
 		// Placeholders until the worker answers (loadSettings,
 		// publishBatch): nothing reads them before.
@@ -221,13 +232,14 @@ func (s *aggregateState) registerHandlers(ctx workflow.Context) error {
 // ready, one is quarantined, or the history is full.
 func (s *aggregateState) publishReady(ctx workflow.Context, signals workflow.ReceiveChannel) error {
 	for ev, ok := s.next(); ok; ev, ok = s.next() {
-		if s.publishBatch(ctx) > 0 {
+		if !s.regularNext && s.publishBatch(ctx) > 0 {
 			s.drain(signals)
 			if s.historyFull(ctx) {
 				return nil
 			}
 			continue
 		}
+		s.regularNext = false
 		if err := s.publish(ctx, ev); err != nil {
 			if temporal.IsCanceledError(err) {
 				return err
@@ -266,6 +278,9 @@ func (s *aggregateState) publishReady(ctx workflow.Context, signals workflow.Rec
 // is answered and its state stays queryable while the operator checks the
 // result.)
 func (s *aggregateState) idle(ctx workflow.Context, signals workflow.ReceiveChannel) (bool, error) {
+	if s.epoch > 0 {
+		return s.release(ctx, signals)
+	}
 	if !s.in.OneShot || len(s.repairs) > 0 {
 		if !s.waitIdle(ctx, signals) {
 			return false, nil
@@ -315,7 +330,7 @@ func (s *aggregateState) waitIdle(ctx workflow.Context, signals workflow.Receive
 	sel.AddReceive(signals, func(c workflow.ReceiveChannel, _ bool) {
 		var arg EventsSignalArg
 		c.Receive(ctx, &arg)
-		s.add(arg.Events)
+		s.receive(arg)
 	})
 	sel.AddFuture(timer, func(workflow.Future) { fired = true })
 	sel.Select(ctx)
@@ -368,6 +383,12 @@ type aggregateState struct {
 
 	// held: holdOverflow handed events back during the current block.
 	held bool
+
+	// epoch: the publish-first lane handed the aggregate to this run under
+	// it (Revision3); 0: the workflow lane. regularNext: the next event goes
+	// straight to the regular path (a handoff after a failed publish).
+	epoch       int64
+	regularNext bool
 }
 
 const keepRepairs = 100
@@ -401,6 +422,8 @@ func (s *aggregateState) continueAsNew(ctx workflow.Context, signals workflow.Re
 	next.Pending = s.pending
 	next.Blocked = s.blocked
 	next.Repairs = s.repairs
+	next.Epoch = s.epoch
+	next.Handoff, next.HandoffCause = false, ""
 	return workflow.NewContinueAsNewError(ctx, AggregateWorkflowName, next)
 }
 
@@ -410,8 +433,38 @@ func (s *aggregateState) drain(ch workflow.ReceiveChannel) {
 		if !ch.ReceiveAsync(&arg) {
 			return
 		}
-		s.add(arg.Events)
+		s.receive(arg)
 	}
+}
+
+// receive takes one EventsSignal. A higher epoch than the run's is the
+// publish-first lane handing the aggregate to this run anew (Revision3):
+// the run takes it, and reads its cursor again before it publishes, since
+// the lane may have published versions after the run's last one. Signals
+// of the workflow lane carry no epoch.
+func (s *aggregateState) receive(arg EventsSignalArg) {
+	if arg.Epoch > s.epoch {
+		s.epoch = arg.Epoch
+		s.cursorUnknown = true
+		s.regularNext = s.regularNext || arg.Handoff
+	}
+	s.add(arg.Events)
+}
+
+// ownerType and ownerID name the owner row an epoch is checked against;
+// empty without an epoch, so inputs of the workflow lane stay as they were.
+func (s *aggregateState) ownerType() string {
+	if s.epoch == 0 {
+		return ""
+	}
+	return s.in.AggregateType
+}
+
+func (s *aggregateState) ownerID() string {
+	if s.epoch == 0 {
+		return ""
+	}
+	return s.in.AggregateID
 }
 
 func (s *aggregateState) add(events []EventRef) {
@@ -457,5 +510,6 @@ func (s *aggregateState) snapshot() State {
 		Blocked:    s.blocked,
 		Rejected:   slices.Clone(s.rejected),
 		Effects:    s.effects,
+		Epoch:      s.epoch,
 	}
 }

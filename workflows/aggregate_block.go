@@ -25,6 +25,7 @@ func (s *aggregateState) quarantine(ctx workflow.Context, ev EventRef, cause err
 	bctx := workflow.WithActivityOptions(ctx, bookkeepingOptions)
 	if err := workflow.ExecuteActivity(bctx, QuarantineActivity, QuarantineInput{
 		EventID: ev.ID, EventType: ev.Type, ErrorClass: class, Error: msg,
+		Epoch: s.epoch, AggregateType: s.ownerType(), AggregateID: s.ownerID(),
 	}).Get(ctx, nil); err != nil {
 		return err
 	}
@@ -40,7 +41,7 @@ func (s *aggregateState) quarantine(ctx workflow.Context, ev EventRef, cause err
 		}
 		var res RepairResult
 		if err := workflow.ExecuteActivity(bctx, RepairActivity, RepairInput{
-			Request: req, AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Version: ev.Version,
+			Request: req, AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Version: ev.Version, Epoch: s.epoch,
 		}).Get(ctx, &res); err != nil {
 			return err
 		}
@@ -124,6 +125,7 @@ func (s *aggregateState) holdOverflow(ctx workflow.Context) error {
 		}
 		if err := workflow.ExecuteActivity(bctx, HoldEventsActivity, HoldInput{
 			AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, BlockedEventID: s.blocked.EventID, EventIDs: ids,
+			Epoch: s.epoch,
 		}).Get(ctx, nil); err != nil {
 			return err
 		}

@@ -30,6 +30,7 @@ func (s *aggregateState) publish(ctx workflow.Context, ev EventRef) error {
 		AggregateType: s.in.AggregateType,
 		AggregateID:   s.in.AggregateID,
 		Version:       ev.Version,
+		Epoch:         s.epoch,
 	}).Get(ctx, &res)
 	if err == nil {
 		s.done(ev)
@@ -68,7 +69,7 @@ func (s *aggregateState) publishBatch(ctx workflow.Context) int {
 	var res PublishBatchResult
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, fastPathOptions), PublishBatchActivity,
 		PublishBatchInput{AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Events: run,
-			LoadCursor: s.cursorUnknown, Settings: ask}).Get(ctx, &res)
+			LoadCursor: s.cursorUnknown, Settings: ask, Epoch: s.epoch}).Get(ctx, &res)
 	if err != nil {
 		workflow.GetLogger(ctx).Info("fast path failed; publishing the event on the regular path, with retries",
 			"version", run[0].Version, "error", err)
@@ -179,6 +180,11 @@ func (s *aggregateState) adopt(settings *Settings) {
 // activity, or, when that fails or there is nothing to publish yet, from
 // LoadCursorActivity (retried until it answers).
 func (s *aggregateState) resolveCursor(ctx workflow.Context) error {
+	if s.regularNext {
+		// Handed over after a failed publish: the next event goes to the
+		// regular path, so the cursor comes on its own.
+		return s.loadCursor(ctx)
+	}
 	s.publishBatch(ctx)
 	if !s.cursorUnknown {
 		return nil

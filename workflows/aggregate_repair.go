@@ -93,6 +93,7 @@ func (s *aggregateState) repair(ctx workflow.Context, req RepairRequest, byClass
 	var res RepairResult
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, bookkeepingOptions), RepairActivity, RepairInput{
 		Request: audited, AggregateType: s.in.AggregateType, AggregateID: s.in.AggregateID, Version: s.blocked.Version,
+		Epoch: s.epoch,
 	}).Get(ctx, &res)
 	if err != nil {
 		return RepairResult{}, err

@@ -23,6 +23,12 @@ const (
 	// one confirm window and marks them published: the fast path, run as a
 	// local activity (PublishBatchInput).
 	PublishBatchActivity = "ferry.PublishBatch"
+	// ReleaseAggregateActivity gives an aggregate a run owns back to the
+	// publish-first lane (ReleaseInput), under the run's epoch: Revision3.
+	// A regular activity, not a local one: its result is in history even
+	// when the completion that follows it is refused (a signal racing it),
+	// so the run never asks twice.
+	ReleaseAggregateActivity = "ferry.ReleaseAggregate"
 )
 
 // Defaults of the aggregate workflow's settings (Settings; and of
@@ -60,8 +66,22 @@ const (
 	// it waits idle on one timer that signals do not cancel whatever its
 	// batch size.
 	Revision2 = 2
-	// CurrentRevision is what pollers start new runs with.
+	// Revision3: the run may own its aggregate under an epoch
+	// (AggregateInput.Epoch, EventsSignalArg.Epoch): the publish-first
+	// lane handed the aggregate to it. Such a run fences every mark with
+	// its epoch, releases the aggregate back to the lane when it has
+	// published what it was handed (ReleaseAggregateActivity) instead of
+	// idling, and fails (ErrTypeLostOwnership) when another owner took the
+	// aggregate. A run without an epoch, Revision3 or not, runs as
+	// Revision2. Relays of the workflow lane start Revision2 runs, so their
+	// histories and costs stay what they were.
+	Revision3 = 3
+	// CurrentRevision is what pollers of the workflow lane start new runs
+	// with.
 	CurrentRevision = Revision2
+	// LaneRevision is what relays of the publish-first lane start runs
+	// with.
+	LaneRevision = Revision3
 )
 
 // WorkflowID is the aggregate workflow's ID: a pure function of the
@@ -83,6 +103,16 @@ type EventRef struct {
 // workflow's aggregate, in any order, possibly already seen.
 type EventsSignalArg struct {
 	Events []EventRef `json:"events"`
+	// Epoch is the ownership epoch the relay handed the events under (the
+	// publish-first lane; 0 in the workflow lane). A run that receives a
+	// higher epoch than its own takes it: the lane handed the aggregate to
+	// it anew, so it reads its cursor again (the lane may have published
+	// versions meanwhile) and marks under the new epoch.
+	Epoch int64 `json:"epoch,omitempty"`
+	// Handoff: the lane hands the aggregate over with this signal because
+	// publishing Events[0] failed: the run publishes it on the regular path
+	// (AggregateInput.Handoff says why).
+	Handoff bool `json:"handoff,omitempty"`
 }
 
 // AggregateInput starts (or continues) an aggregate workflow.
@@ -141,6 +171,19 @@ type AggregateInput struct {
 	// Repairs carries the results of recent repair requests across
 	// continue-as-new, so a repeated request id stays a no-op.
 	Repairs []RepairResult `json:"repairs,omitempty"`
+	// Epoch is the ownership epoch the publish-first lane handed the
+	// aggregate to this run under (Revision3); 0: the workflow lane, where
+	// the run is the aggregate's only publisher without one. Kept across
+	// continue-as-new.
+	Epoch int64 `json:"epoch,omitempty"`
+	// Handoff: a relay of the publish-first lane hands the aggregate over
+	// because publishing Pending[0] failed (or it needs the workflow). The
+	// run publishes it on the regular path (PublishEventActivity, retries
+	// visible in the Temporal UI) rather than trying the fast path first.
+	Handoff bool `json:"handoff,omitempty"`
+	// HandoffCause is why (the error class of the failed publish, or
+	// NeedsWorkflow), for the UI and the logs.
+	HandoffCause string `json:"handoff_cause,omitempty"`
 }
 
 // PublishInput is the publish activity's input.
@@ -149,6 +192,8 @@ type PublishInput struct {
 	AggregateType string `json:"aggregate_type"`
 	AggregateID   string `json:"aggregate_id"`
 	Version       int64  `json:"version"`
+	// Epoch fences the mark (Revision3); 0: unfenced, the workflow lane.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // PublishResult is the publish activity's result.
@@ -177,6 +222,8 @@ type PublishBatchInput struct {
 	// at most their PublishBatchSize events (none when the fast path is
 	// off), whatever the input holds.
 	Settings bool `json:"settings,omitempty"`
+	// Epoch fences the marks (Revision3); 0: unfenced, the workflow lane.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // PublishBatchResult is PublishBatchActivity's result.
@@ -241,6 +288,34 @@ type State struct {
 	// Effects counts the effect workflows this run started for published
 	// events.
 	Effects EffectCounts `json:"effects"`
+	// Epoch is the ownership epoch the run publishes under (the
+	// publish-first lane); 0 in the workflow lane.
+	Epoch int64 `json:"epoch,omitempty"`
+}
+
+// ReleaseInput is ReleaseAggregateActivity's input.
+type ReleaseInput struct {
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	Epoch         int64  `json:"epoch"`
+}
+
+// ReleaseResult is ReleaseAggregateActivity's result.
+type ReleaseResult struct {
+	// Released: the aggregate is not the run's any more: the run gave it
+	// back (or found it given back by an earlier attempt, or taken back),
+	// and publishes nothing more of it.
+	Released bool `json:"released,omitempty"`
+	// Busy: relays handed the run versions it has not delivered yet
+	// (HandedVersion > Delivered): it keeps the aggregate and waits for
+	// them.
+	Busy bool `json:"busy,omitempty"`
+	// Delivered and HandedVersion are what PostgreSQL said.
+	Delivered     int64 `json:"delivered,omitempty"`
+	HandedVersion int64 `json:"handed_version,omitempty"`
+	// Owner is who owned the aggregate when the run did not find it as
+	// its own ("" when the run released it).
+	Owner string `json:"owner,omitempty"`
 }
 
 // Names of the repair and replay contract. Wire contract: never rename.
@@ -287,6 +362,8 @@ type HoldInput struct {
 	// BlockedEventID is what the aggregate waits at, for last_error.
 	BlockedEventID string   `json:"blocked_event_id"`
 	EventIDs       []string `json:"event_ids"`
+	// Epoch fences the hand-back (Revision3); 0: unfenced.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // ReleaseHeldInput is ReleaseHeldActivity's input.
@@ -394,6 +471,9 @@ type RepairInput struct {
 	AggregateType string        `json:"aggregate_type"`
 	AggregateID   string        `json:"aggregate_id"`
 	Version       int64         `json:"version"`
+	// Epoch fences the repair's change to the row (Revision3); 0:
+	// unfenced.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // QuarantineInput is QuarantineActivity's input.
@@ -402,6 +482,12 @@ type QuarantineInput struct {
 	EventType  string `json:"event_type"`
 	ErrorClass string `json:"error_class"`
 	Error      string `json:"error"`
+	// Epoch fences the quarantine (Revision3); 0: unfenced.
+	Epoch int64 `json:"epoch,omitempty"`
+	// AggregateType and AggregateID name the owner row the epoch is
+	// checked against (Epoch only).
+	AggregateType string `json:"aggregate_type,omitempty"`
+	AggregateID   string `json:"aggregate_id,omitempty"`
 }
 
 // ReplayInput starts a ReplayWorkflowName workflow.

@@ -56,6 +56,16 @@ const (
 	// pending or dispatched; no run will publish them (each resumes after
 	// delivered_version and drops lower versions as duplicates).
 	DriftBelowCursor = "below_cursor"
+	// DriftOwnerWithoutRun: the publish-first lane handed the aggregate to
+	// its workflow, which has no open run: nothing publishes it until the
+	// reconciler takes it back (ReconcileInput.OlderThan after the
+	// handoff).
+	DriftOwnerWithoutRun = "owner_without_run"
+	// DriftStaleEpoch: a row was marked published under an older ownership
+	// epoch than an earlier version of the aggregate: a party that had lost
+	// the aggregate marked it (two publishers overlapped). The fences
+	// refuse such marks, so this says something bypassed them.
+	DriftStaleEpoch = "stale_epoch"
 )
 
 // Defaults of the maintenance inputs.
@@ -131,6 +141,10 @@ type ReconcileResult struct {
 	// Drift is the sampling check's report (nil when it was off, or in
 	// runs recorded before it existed).
 	Drift *DriftResult `json:"drift,omitempty"`
+	// TakenBack are aggregates (workflow ids) the publish-first lane's
+	// workflows owned without an open run: the reconciler gave them back
+	// to the lane, with the rows dispatched to them.
+	TakenBack []string `json:"taken_back,omitempty"`
 }
 
 // DriftInput is DriftActivity's input (see ReconcileInput for the

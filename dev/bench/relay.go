@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 )
 
 // RelayConfig configures the plain relay.
@@ -235,7 +235,7 @@ func (r *Relay) runOnce(ctx context.Context) (claimed, sent int, err error) {
 	msgs := make([]broker.Message, len(send))
 	for i, x := range send {
 		msgs[i] = broker.Message{
-			ID: x.id, Type: x.eventType, RoutingKey: activities.DefaultRoutingKey(x.aggType, x.eventType),
+			ID: x.id, Type: x.eventType, RoutingKey: delivery.DefaultRoutingKey(x.aggType, x.eventType),
 			Headers: amqp.Table{
 				broker.HeaderAggregateType:    x.aggType,
 				broker.HeaderAggregateID:      x.aggID,

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/walrelay"
@@ -98,7 +98,9 @@ const (
 	// DefaultStartMode is poller.StartOneShot.
 	DefaultStartMode = "one-shot"
 	// DefaultSource is ferry.SourcePoll.
-	DefaultSource                = "poll"
+	DefaultSource = "poll"
+	// DefaultLane is poller.LaneWorkflow.
+	DefaultLane                  = "workflow"
 	DefaultWALCatchUpInterval    = 30 * time.Second
 	DefaultWorkflowTaskPollers   = 8
 	DefaultPaymentsTimeout       = 10 * time.Second
@@ -117,6 +119,7 @@ const (
 	appliesSchedule = "when a worker starts: it updates the schedule, whose next run uses it"
 	appliesWorker   = "when a worker starts"
 	appliesPoller   = "when a poller starts"
+	appliesStart    = "when a worker or a poller starts"
 )
 
 // All is the table. Its order is the reference's within each owner.
@@ -171,6 +174,9 @@ var All = []Setting{
 	{Name: "start-mode", Env: "FERRY_START_MODE", Fields: []string{"Config.StartMode"}, Owner: OwnerPoller, Default: DefaultStartMode,
 		Usage:   "aggregates not dispatched within --idle-timeout: one-shot (a run with the events in its input, done once they are published) or keep-alive (a run that idles --idle-timeout)",
 		Applies: appliesPoller},
+	{Name: "lane", Env: "FERRY_LANE", Fields: []string{"Config.Lane"}, Owner: OwnerPoller, Default: DefaultLane,
+		Usage: "how events are delivered: workflow (every event through its aggregate's workflow) or publish-first (the poller publishes to RabbitMQ itself and hands an aggregate to its workflow only when a publish fails, an event needs the workflow or an operator repairs it)",
+		Note:  "every poller of one outbox runs the same lane (a poller of the other lane is refused at start); see [Lanes](lanes.md#lanes)", Applies: appliesPoller},
 	{Name: "source", Env: "FERRY_SOURCE", Fields: []string{"Config.Source"}, Owner: OwnerPoller, Default: DefaultSource,
 		Usage: "where the poller finds committed events: poll (claim pending rows) or wal (tail the write-ahead log through a logical replication slot; needs wal_level=logical and REPLICATION)",
 		Note:  "see [Polling or log tailing](log-tailing.md#polling-or-log-tailing)", Applies: appliesPoller},
@@ -182,19 +188,20 @@ var All = []Setting{
 		Default: DefaultWALCatchUpInterval, Usage: "--source wal: how often a claim pass delivers rows the stream cannot",
 		Note: "at least 1s; the pass also runs at start and after the slot was recreated", Applies: appliesPoller},
 
-	// Worker: its publisher.
-	{Name: "amqp-url", Env: "FERRY_AMQP_URL", Fields: []string{"Config.AMQPURL"}, Owner: OwnerWorker, Default: DefaultAMQPURL,
-		Usage: "RabbitMQ URL", Secret: true, Applies: appliesWorker,
-		Note: "`amqp://` or `amqps://` (TLS in the URL: `cacertfile=`, `certfile=`, `keyfile=`); the password is never printed"},
-	{Name: "exchange", Env: "FERRY_EXCHANGE", Fields: []string{"Config.Exchange"}, Owner: OwnerWorker, Default: DefaultExchange,
-		Usage: "RabbitMQ topic exchange", Note: "1-255 letters, digits, `_`, `.`, `:` or `-`", Applies: appliesWorker},
-	{Name: "routing-key", Env: "FERRY_ROUTING_KEY", Fields: []string{"Config.RoutingKey"}, Owner: OwnerWorker, Default: activities.DefaultRoutingKeyTemplate,
-		Usage: "routing key template: {aggregate_type}, {event_type} and plain text", Applies: appliesWorker},
-	{Name: "max-message-size", Env: "FERRY_MAX_MESSAGE_SIZE", Fields: []string{"Config.MaxMessageBytes"}, Owner: OwnerWorker,
+	// Both roles: the broker. Workers publish with it, and so do the
+	// pollers of the publish-first lane.
+	{Name: "amqp-url", Env: "FERRY_AMQP_URL", Fields: []string{"Config.AMQPURL"}, Owner: OwnerRelay, Default: DefaultAMQPURL,
+		Usage: "RabbitMQ URL", Secret: true, Applies: appliesStart,
+		Note: "`amqp://` or `amqps://` (TLS in the URL: `cacertfile=`, `certfile=`, `keyfile=`); the password is never printed; pollers read it with `--lane publish-first`"},
+	{Name: "exchange", Env: "FERRY_EXCHANGE", Fields: []string{"Config.Exchange"}, Owner: OwnerRelay, Default: DefaultExchange,
+		Usage: "RabbitMQ topic exchange", Note: "1-255 letters, digits, `_`, `.`, `:` or `-`; the same on workers and pollers", Applies: appliesStart},
+	{Name: "routing-key", Env: "FERRY_ROUTING_KEY", Fields: []string{"Config.RoutingKey"}, Owner: OwnerRelay, Default: delivery.DefaultRoutingKeyTemplate,
+		Usage: "routing key template: {aggregate_type}, {event_type} and plain text", Note: "the same on workers and pollers", Applies: appliesStart},
+	{Name: "max-message-size", Env: "FERRY_MAX_MESSAGE_SIZE", Fields: []string{"Config.MaxMessageBytes"}, Owner: OwnerRelay,
 		Default: broker.DefaultMaxMessageBytes, DefaultText: "16 MiB",
 		Usage: "largest payload in bytes published; a larger event is quarantined unsent; keep it at or below RabbitMQ's max_message_size",
-		Note:  "at most 512 MiB; see [Messages on RabbitMQ](consuming.md#messages-on-rabbitmq)", Applies: appliesWorker},
-	{Fields: []string{"Config.ConnectTimeout"}, Owner: OwnerWorker, Default: DefaultConnectTimeout,
+		Note:  "at most 512 MiB; see [Messages on RabbitMQ](consuming.md#messages-on-rabbitmq)", Applies: appliesStart},
+	{Fields: []string{"Config.ConnectTimeout"}, Owner: OwnerRelay, Default: DefaultConnectTimeout,
 		Usage: "bound of New's Start connecting to RabbitMQ"},
 	{Name: "workflow-task-pollers", Env: "FERRY_WORKFLOW_TASK_POLLERS", Fields: []string{"Config.WorkflowTaskPollers"}, Owner: OwnerWorker,
 		Default: DefaultWorkflowTaskPollers, Usage: "worker's concurrent polls for workflow tasks", Note: "at least 2", Applies: appliesWorker},
@@ -230,15 +237,15 @@ var All = []Setting{
 	// Worker: workflow destinations.
 	{Name: "destination", Env: "FERRY_DESTINATIONS", Fields: []string{"Config.Destinations"}, Owner: OwnerWorker, Default: []string(nil), DefaultText: "none",
 		Repeatable: true, Sep: ";", Usage: "start or signal a workflow of yours for an event type, TYPE=ACTION:NAME[,key=value…], e.g. order.created=start:fulfilment,type=Fulfilment,queue=orders",
-		Note: "see [Workflow destinations](workflow-destinations.md#workflow-destinations)", Applies: appliesWorker},
+		Note: "see [Workflow destinations](workflow-destinations.md#workflow-destinations); pollers of `--lane publish-first` read it too: they hand such events to the aggregate's workflow", Applies: appliesStart},
 	{Name: "no-broker", Env: "FERRY_NO_BROKER", Fields: []string{"Config.NoBroker"}, Owner: OwnerWorker, Default: false,
 		Usage: "publish nothing to RabbitMQ and never connect to it: events go only to their workflow destinations",
-		Note:  "needs --destination; an event type without one is quarantined (NoDestination)", Applies: appliesWorker},
+		Note:  "needs --destination; an event type without one is quarantined (NoDestination); not with `--lane publish-first`, which publishes to RabbitMQ", Applies: appliesWorker},
 
 	// Worker: effects.
 	{Name: "effect", Env: "FERRY_EFFECTS", Fields: []string{"EffectsConfig.Routes"}, Owner: OwnerWorker, Default: []string(nil), DefaultText: "none",
 		Repeatable: true, Sep: ";", Usage: "effects of an event type, TYPE=EFFECT[,EFFECT…], e.g. order.created=charge,email:confirmation",
-		Note: "see [Side effects](side-effects.md#side-effects)", Applies: appliesWorker},
+		Note: "see [Side effects](side-effects.md#side-effects); pollers of `--lane publish-first` read it too: they hand such events to the aggregate's workflow", Applies: appliesStart},
 	{Name: "payments-url", Env: "FERRY_PAYMENTS_URL", Fields: []string{"EffectsConfig.PaymentsURL"}, Owner: OwnerWorker, Default: "", DefaultText: "none",
 		Usage: "payment provider API for charge and refund effects", Note: "required when a route charges or refunds", Applies: appliesWorker},
 	{Name: "payments-api-key", Env: "FERRY_PAYMENTS_API_KEY", Fields: []string{"EffectsConfig.PaymentsAPIKey"}, Owner: OwnerWorker, Default: "",

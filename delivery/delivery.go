@@ -1,20 +1,43 @@
-package activities
+package delivery
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/ferry-outbox/ferry/outbox"
 )
+
+// Event is one outbox row on its way out.
+type Event struct {
+	// ID is the event id: the message id consumers deduplicate by.
+	ID  string
+	Row outbox.PublishRow
+}
+
+// Target sends events of one aggregate, in the order given, and reports
+// how many leading ones it confirmed; err says why the next one was not
+// (nothing after it is sent). Implementations are safe for concurrent
+// use: the lane publishes many aggregates at once.
+type Target interface {
+	Publish(ctx context.Context, events []Event) (confirmed int, err error)
+}
 
 // DefaultRoutingKeyTemplate is the routing key of DefaultRoutingKey as a
 // template.
 const DefaultRoutingKeyTemplate = "{aggregate_type}.{event_type}"
 
+// DefaultRoutingKey is "<aggregate_type>.<event_type>".
+func DefaultRoutingKey(aggregateType, eventType string) string {
+	return aggregateType + "." + eventType
+}
+
 var templateText = regexp.MustCompile(`^[A-Za-z0-9_.:-]*$`)
 
 // RoutingKeyTemplate turns a template such as "events.{aggregate_type}" into
-// a Config.RoutingKey function. It knows {aggregate_type} and {event_type};
-// the rest must be plain routing-key text.
+// a routing key function. It knows {aggregate_type} and {event_type}; the
+// rest must be plain routing-key text.
 func RoutingKeyTemplate(tmpl string) (func(aggregateType, eventType string) string, error) {
 	if tmpl == "" {
 		return nil, fmt.Errorf("routing key template is empty: use e.g. %q", DefaultRoutingKeyTemplate)
@@ -25,6 +48,9 @@ func RoutingKeyTemplate(tmpl string) (func(aggregateType, eventType string) stri
 	}
 	if len(tmpl) > 255 {
 		return nil, fmt.Errorf("routing key template %q: longer than AMQP's 255 bytes", tmpl)
+	}
+	if tmpl == DefaultRoutingKeyTemplate {
+		return DefaultRoutingKey, nil
 	}
 	return func(aggregateType, eventType string) string {
 		return strings.NewReplacer("{aggregate_type}", aggregateType, "{event_type}", eventType).Replace(tmpl)

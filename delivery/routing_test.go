@@ -1,11 +1,11 @@
-package activities_test
+package delivery_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/activities"
+	"github.com/ferry-outbox/ferry/delivery"
 )
 
 func TestRoutingKeyTemplate(t *testing.T) {
@@ -13,7 +13,7 @@ func TestRoutingKeyTemplate(t *testing.T) {
 	tests := []struct {
 		tmpl, want, wantErr string
 	}{
-		{tmpl: activities.DefaultRoutingKeyTemplate, want: "order.created"},
+		{tmpl: delivery.DefaultRoutingKeyTemplate, want: "order.created"},
 		{tmpl: "events.{aggregate_type}", want: "events.order"},
 		{tmpl: "{event_type}", want: "created"},
 		{tmpl: "static", want: "static"},
@@ -22,7 +22,7 @@ func TestRoutingKeyTemplate(t *testing.T) {
 		{tmpl: "{aggregate_id}", wantErr: "only {aggregate_type}"},
 	}
 	for _, tt := range tests {
-		f, err := activities.RoutingKeyTemplate(tt.tmpl)
+		f, err := delivery.RoutingKeyTemplate(tt.tmpl)
 		if tt.wantErr != "" {
 			require.ErrorContains(t, err, tt.wantErr, "template %q", tt.tmpl)
 			continue
@@ -30,7 +30,13 @@ func TestRoutingKeyTemplate(t *testing.T) {
 		require.NoError(t, err, "template %q", tt.tmpl)
 		require.Equal(t, tt.want, f("order", "created"))
 	}
-	def, err := activities.RoutingKeyTemplate(activities.DefaultRoutingKeyTemplate)
+	def, err := delivery.RoutingKeyTemplate(delivery.DefaultRoutingKeyTemplate)
 	require.NoError(t, err)
-	require.Equal(t, activities.DefaultRoutingKey("a", "b"), def("a", "b"))
+	require.Equal(t, delivery.DefaultRoutingKey("a", "b"), def("a", "b"))
+}
+
+func TestDefaultRoutingKey(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "order.placed", delivery.DefaultRoutingKey("order", "placed"))
+	require.Equal(t, "a.b.c.d", delivery.DefaultRoutingKey("a.b", "c.d"))
 }

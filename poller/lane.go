@@ -1,0 +1,676 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/internal/backoff"
+	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/pgtext"
+	"github.com/ferry-outbox/ferry/metrics"
+	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// The publish-first lane (Config.Lane = LanePublishFirst): the relay
+// publishes an aggregate's next events to the broker itself and marks
+// them, as long as no workflow owns the aggregate, the events need no
+// workflow and every publish succeeds. The first failure of the
+// aggregate's own publish (unroutable, nacked, too large, refused), or an
+// event that needs the workflow, hands the aggregate to its workflow
+// ferry/<type>/<id>, with the events from that point on; the workflow
+// owns it until its run releases it. A broker-wide failure (the broker
+// unreachable, the connection or channel gone, no confirm in time) hands
+// nothing over: the lane pauses with a backoff and the rows wait.
+//
+// Every step names the ownership epoch it was made under (lane_sql.go):
+// the claim takes ownership in the statement that leases the rows, the
+// mark gives it up (or hands it over) in the statement that marks them.
+
+// Lanes (Config.Lane).
+const (
+	// LaneWorkflow hands every event to its aggregate's workflow: the
+	// shape Ferry was designed around, and the default.
+	LaneWorkflow = "workflow"
+	// LanePublishFirst publishes directly and uses the workflow only for
+	// the aggregates that need it.
+	LanePublishFirst = "publish-first"
+)
+
+// Handoff causes that are not a failed publish's error class.
+const (
+	// CauseNeedsWorkflow: the event starts effects or goes to workflow
+	// destinations, which only the workflow does.
+	CauseNeedsWorkflow = "NeedsWorkflow"
+	// CauseEventMissing: the claimed row could not be read back.
+	CauseEventMissing = "EventMissing"
+)
+
+// Error classes of the lane's direct publishes: the broker's answer about
+// one message, which hands its aggregate to the workflow. They are the
+// classes the workflow's publish activity reports for the same answers.
+const (
+	ClassUnroutable = "Unroutable"
+	ClassNacked     = "Nacked"
+	ClassTooLarge   = "PayloadTooLarge"
+	ClassRefused    = "MessageRefused"
+	// ClassBroker is a broker-wide failure: the lane pauses, nothing is
+	// handed over.
+	ClassBroker = "BrokerUnavailable"
+)
+
+// brokerCloseWait bounds closing the broker connection after a confirm
+// that did not come in time (broker.Publisher does it: broker.CloseWait),
+// so that nothing sent on it can still reach a queue once the relay gives
+// up ownership. The lane's publishes end by Lease - MarkTimeout -
+// brokerCloseWait after the claim: the close and the mark both fit in the
+// lease.
+const brokerCloseWait = broker.CloseWait
+
+// maxDirectRun is the most contiguous versions of one aggregate a direct
+// claim takes.
+const maxDirectRun = 500
+
+// publishConcurrency is how many aggregates' publishes are in flight at
+// once: each waits for its own confirms on the shared channel.
+const publishConcurrency = 256
+
+// classify says what a failed direct publish means: the aggregate's own
+// failure (class, true), which hands it to the workflow, or a broker-wide
+// one (ClassBroker, false).
+func classify(err error) (string, bool) {
+	switch {
+	case errors.Is(err, broker.ErrUnroutable):
+		return ClassUnroutable, true
+	case errors.Is(err, broker.ErrNacked):
+		return ClassNacked, true
+	case errors.Is(err, broker.ErrTooLarge):
+		return ClassTooLarge, true
+	case errors.Is(err, broker.ErrRefused):
+		return ClassRefused, true
+	default:
+		return ClassBroker, false
+	}
+}
+
+// laneEvent is one row of a direct claim.
+type laneEvent struct {
+	claimed
+	row outbox.PublishRow
+}
+
+// laneAggregate is one aggregate of a direct claim, and what became of it.
+type laneAggregate struct {
+	aggType, aggID string
+	epoch          int64
+	events         []laneEvent // versions ascending, contiguous from delivered + 1
+	// cut: events[cut:] go to the workflow untried (NeedsWorkflow,
+	// EventMissing: cause says which).
+	cut   int
+	cause string
+	// confirmed leading events are published; err says why the next was
+	// not (nil: all up to cut were).
+	confirmed int
+	err       error
+	// class of err; down: a broker-wide failure.
+	class string
+	down  bool
+}
+
+// handoff says whether the aggregate goes to its workflow, and from which
+// event on.
+func (a *laneAggregate) handoff() (bool, int) {
+	switch {
+	case a.down:
+		return false, 0
+	case a.err != nil:
+		return true, a.confirmed
+	case a.cut < len(a.events):
+		return true, a.cut
+	}
+	return false, 0
+}
+
+// lanePause is the lane's wait after a broker-wide failure.
+type lanePause struct {
+	mu       sync.Mutex
+	until    time.Time
+	failures int
+}
+
+func (l *lanePause) paused(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return now.Before(l.until)
+}
+
+// fail extends the pause and returns how long it is.
+func (l *lanePause) fail(base, ceiling time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures++
+	wait := backoff.Exponential(base, ceiling, l.failures)
+	l.until = time.Now().Add(wait)
+	return wait
+}
+
+// ok ends the pause; it reports whether there was one.
+func (l *lanePause) ok() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was := l.failures > 0
+	l.failures, l.until = 0, time.Time{}
+	return was
+}
+
+// laneRound is one round of the publish-first lane: the direct claim
+// (unless a broker-wide failure paused it), then the claim of the
+// aggregates workflows own. only limits both to some aggregates (the
+// log-tailing relay's stream); nil takes the oldest. again says that
+// another round would find more (a claim came back full, or a released
+// aggregate has later versions).
+func (p *Poller) laneRound(ctx context.Context, only []outbox.AggregateKey) (n int, again bool, err error) {
+	if !p.pause.paused(time.Now()) {
+		n, again, err = p.publishDirect(ctx, only)
+		if err != nil {
+			return n, false, err
+		}
+	}
+	m, err := p.dispatchOwned(ctx, only)
+	return n + m, again || m >= p.cfg.BatchSize, err
+}
+
+// publishDirect claims, publishes and marks one batch of the lane.
+func (p *Poller) publishDirect(ctx context.Context, only []outbox.AggregateKey) (int, bool, error) {
+	start := time.Now()
+	aggs, err := p.claimDirect(ctx, only)
+	if err != nil || len(aggs) == 0 {
+		return 0, false, err
+	}
+	var empty []*laneAggregate
+	var busy []*laneAggregate
+	rows := 0
+	for _, a := range aggs {
+		if len(a.events) == 0 {
+			empty = append(empty, a)
+		} else {
+			busy = append(busy, a)
+			rows += len(a.events)
+		}
+	}
+	// Detached: what was claimed must be settled even when Stop cancels
+	// ctx, or it waits out its lease.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
+	defer cancel()
+	if len(empty) > 0 {
+		p.releaseEmpty(mctx, empty)
+	}
+	if len(busy) == 0 {
+		return 0, len(aggs) >= p.cfg.BatchSize, nil
+	}
+	failpoint.Inject("lane.after-claim")
+	if err := p.loadRows(ctx, busy); err != nil {
+		p.settle(mctx, busy, err)
+		return rows, false, err
+	}
+	p.publish(ctx, start, busy)
+	failpoint.Inject("lane.after-confirm")
+	more, err := p.settle(mctx, busy, nil)
+	p.metrics.Batch(rows, 0, time.Since(start))
+	return rows, more || len(aggs) >= p.cfg.BatchSize, err
+}
+
+// claimDirect runs the direct claim and groups its rows per aggregate.
+func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([]*laneAggregate, error) {
+	var rs pgx.Rows
+	var err error
+	if only == nil {
+		rs, err = p.cfg.Pool.Query(ctx, sqlLaneClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name, maxDirectRun)
+	} else {
+		types, ids := splitKeys(only)
+		rs, err = p.cfg.Pool.Query(ctx, sqlLaneClaimOf, len(only), p.cfg.Lease, p.cfg.Name, maxDirectRun, types, ids)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	byKey := map[outbox.AggregateKey]*laneAggregate{}
+	var out []*laneAggregate
+	var (
+		k     outbox.AggregateKey
+		epoch int64
+		c     claimed
+	)
+	_, err = pgx.ForEachRow(rs, []any{&k.Type, &k.ID, &epoch, &c.id, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts}, func() error {
+		a := byKey[k]
+		if a == nil {
+			a = &laneAggregate{aggType: k.Type, aggID: k.ID, epoch: epoch}
+			byKey[k] = a
+			out = append(out, a)
+		}
+		if c.id != "" {
+			c.aggType, c.aggID = k.Type, k.ID
+			a.events = append(a.events, laneEvent{claimed: c})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	for _, a := range out {
+		slices.SortFunc(a.events, func(x, y laneEvent) int { return int(x.version - y.version) })
+		a.cut = len(a.events)
+	}
+	return out, nil
+}
+
+func splitKeys(keys []outbox.AggregateKey) (types, ids []string) {
+	types, ids = make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		types[i], ids[i] = k.Type, k.ID
+	}
+	return types, ids
+}
+
+// releaseEmpty gives up the owner rows of aggregates whose run came back
+// empty, so their rows do not wait out a lease.
+func (p *Poller) releaseEmpty(ctx context.Context, aggs []*laneAggregate) {
+	types, ids, epochs := make([]string, len(aggs)), make([]string, len(aggs)), make([]int64, len(aggs))
+	for i, a := range aggs {
+		types[i], ids[i], epochs[i] = a.aggType, a.aggID, a.epoch
+	}
+	if _, err := p.cfg.Pool.Exec(ctx, sqlReleaseOwners, types, ids, epochs); err != nil {
+		p.log.Warn("could not release aggregates whose next version was out of reach; they return after the lease", "aggregates", len(aggs), "error", err)
+	}
+}
+
+// loadRows reads the payloads of the claimed rows and cuts each aggregate
+// before the first event that needs its workflow (or whose row is gone).
+func (p *Poller) loadRows(ctx context.Context, aggs []*laneAggregate) error {
+	var ids []string
+	for _, a := range aggs {
+		for _, e := range a.events {
+			ids = append(ids, e.id)
+		}
+	}
+	rows, err := outbox.LoadManyForPublish(ctx, p.cfg.Pool, ids)
+	if err != nil {
+		return fmt.Errorf("load %d claimed rows: %w", len(ids), err)
+	}
+	for _, a := range aggs {
+		for i := range a.events {
+			e := &a.events[i]
+			row, ok := rows[e.id]
+			switch {
+			case !ok:
+				a.cut, a.cause = i, CauseEventMissing
+			case p.cfg.NeedsWorkflow != nil && p.cfg.NeedsWorkflow(a.aggType, e.eventType):
+				a.cut, a.cause = i, CauseNeedsWorkflow
+			}
+			if a.cut == i {
+				break
+			}
+			e.row = row
+		}
+	}
+	return nil
+}
+
+// publish sends every aggregate's events up to its cut, many aggregates
+// at once, each in version order, and records what the broker confirmed.
+// Publishes end before the lease can run out (brokerCloseWait).
+func (p *Poller) publish(ctx context.Context, claimedAt time.Time, aggs []*laneAggregate) {
+	ctx, cancel := context.WithDeadline(ctx, claimedAt.Add(p.cfg.Lease-p.cfg.MarkTimeout-brokerCloseWait))
+	defer cancel()
+	sem := make(chan struct{}, publishConcurrency)
+	var wg sync.WaitGroup
+	for _, a := range aggs {
+		if a.cut == 0 {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			events := make([]delivery.Event, a.cut)
+			for i, e := range a.events[:a.cut] {
+				events[i] = delivery.Event{ID: e.id, Row: e.row}
+			}
+			a.confirmed, a.err = p.cfg.Target.Publish(ctx, events)
+			if a.err != nil {
+				var own bool
+				a.class, own = classify(a.err)
+				a.down = !own
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// settle marks what the broker confirmed and gives each aggregate up or
+// hands it to its workflow, in one statement for the aggregates whose
+// counter row is free and in one each for the others (waiting for the
+// producer that holds it). cause, when set, is a failure before anything
+// was published: every aggregate is given up with its rows backed off.
+// more says a released aggregate has later versions.
+func (p *Poller) settle(ctx context.Context, aggs []*laneAggregate, cause error) (bool, error) {
+	var down []*laneAggregate
+	for _, a := range aggs {
+		if cause != nil {
+			a.confirmed, a.err, a.class, a.down = 0, cause, ClassBroker, true
+		}
+		if a.down {
+			down = append(down, a)
+		}
+	}
+	var pause time.Duration
+	var firstDown error
+	if len(down) > 0 {
+		pause = p.pause.fail(retryBase, p.cfg.MaxBackoff)
+		firstDown = down[0].err
+		p.log.Warn("the broker failed; the publish-first lane pauses, its rows wait and nothing is handed to workflows (a broker-wide failure, not the aggregates')",
+			"aggregates", len(down), "error", firstDown, "retry_in", pause)
+	} else if cause == nil && p.pause.ok() {
+		p.log.Info("the broker answers again; the publish-first lane resumes")
+	}
+
+	results, err := p.mark(ctx, sqlLaneMark, aggs, pause, firstDown)
+	if err != nil {
+		return false, fmt.Errorf("mark a direct batch: %w", err)
+	}
+	var locked []*laneAggregate
+	for _, a := range aggs {
+		if results[a].status == markLocked {
+			locked = append(locked, a)
+		}
+	}
+	if len(locked) > 0 {
+		// One statement each, waiting for the producer that holds the
+		// counter row: with one row locked per statement no deadlock is
+		// possible.
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var firstErr error
+		for _, a := range locked {
+			wg.Go(func() {
+				r, err := p.mark(ctx, sqlLaneMarkWait, []*laneAggregate{a}, pause, firstDown)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					firstErr = cmpErr(firstErr, err)
+					return
+				}
+				results[a] = r[a]
+			})
+		}
+		wg.Wait()
+		if firstErr != nil {
+			p.log.Warn("could not mark some aggregates of a direct batch; their rows return after the lease and are published again", "error", firstErr)
+		}
+	}
+
+	more := false
+	var handoffs []*aggregateGroup
+	for _, a := range aggs {
+		r := results[a]
+		switch r.status {
+		case markOK:
+		case markFenced:
+			p.log.Warn("lost an aggregate while publishing it (its lease ran out and another owner took it): nothing of it was marked, and what was confirmed may arrive twice",
+				"aggregate", workflows.WorkflowID(a.aggType, a.aggID), "epoch", a.epoch, "confirmed", a.confirmed)
+			continue
+		default:
+			continue // not marked: the rows return after the lease
+		}
+		p.countDirect(a)
+		more = more || r.more
+		if r.newEpoch > 0 {
+			_, from := a.handoff()
+			handoffs = append(handoffs, p.handoffGroup(a, from, r.newEpoch))
+		}
+	}
+	if len(handoffs) > 0 {
+		p.handOver(ctx, handoffs)
+	}
+	return more, nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// markResult is one aggregate's line of sqlLaneMark.
+type markResult struct {
+	status   string
+	newEpoch int64
+	more     bool
+}
+
+// mark runs one of the lane's mark statements over aggs.
+func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pause time.Duration, downErr error) (map[*laneAggregate]markResult, error) {
+	n := len(aggs)
+	types, ids, epochs, upto := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
+	handoff, causes, handed := make([]bool, n), make([]string, n), make([]int64, n)
+	var confirmed, backoffIDs []string
+	byKey := make(map[outbox.AggregateKey]*laneAggregate, n)
+	for i, a := range aggs {
+		types[i], ids[i], epochs[i] = a.aggType, a.aggID, a.epoch
+		byKey[outbox.AggregateKey{Type: a.aggType, ID: a.aggID}] = a
+		if a.confirmed > 0 {
+			upto[i] = a.events[a.confirmed-1].version
+		}
+		for _, e := range a.events[:a.confirmed] {
+			confirmed = append(confirmed, e.id)
+		}
+		if h, from := a.handoff(); h {
+			handoff[i] = true
+			handed[i] = a.events[len(a.events)-1].version
+			causes[i] = a.cause
+			if a.err != nil {
+				causes[i] = a.class
+			}
+			_ = from
+		}
+		if a.down {
+			for _, e := range a.events[a.confirmed:] {
+				backoffIDs = append(backoffIDs, e.id)
+			}
+		}
+	}
+	msg := ""
+	if downErr != nil {
+		msg = pgtext.Truncate("the publish-first lane paused after a broker-wide failure: "+downErr.Error(), 1000)
+	}
+	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, confirmed, pause, msg, backoffIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[*laneAggregate]markResult, n)
+	var (
+		k           outbox.AggregateKey
+		r           markResult
+		marked, bck int64
+	)
+	_, err = pgx.ForEachRow(rs, []any{&k.Type, &k.ID, &r.status, &r.newEpoch, &r.more, &marked, &bck}, func() error {
+		if a := byKey[k]; a != nil {
+			out[a] = r
+		}
+		return nil
+	})
+	return out, err
+}
+
+// countDirect counts an aggregate's direct publishes and its handoff.
+func (p *Poller) countDirect(a *laneAggregate) {
+	for _, e := range a.events[:a.confirmed] {
+		p.metrics.Published(a.aggType, e.row.DueAt)
+	}
+	if a.confirmed > 0 {
+		p.metrics.LanePublished(metrics.PathDirect, a.confirmed)
+	}
+	if a.err != nil {
+		p.metrics.PublishFailed(a.class)
+	}
+	if h, _ := a.handoff(); h {
+		cause := a.cause
+		if a.err != nil {
+			cause = a.class
+		}
+		p.metrics.Handoff(metrics.ToWorkflow, cause)
+		p.log.Info("handing the aggregate to its workflow", "aggregate", workflows.WorkflowID(a.aggType, a.aggID),
+			"cause", cause, "published_directly", a.confirmed, "handed", len(a.events)-a.confirmed, "error", a.err)
+	}
+}
+
+// handoffGroup is the dispatch of an aggregate's events from from on to
+// its workflow, which now owns it under epoch.
+func (p *Poller) handoffGroup(a *laneAggregate, from int, epoch int64) *aggregateGroup {
+	g := &aggregateGroup{aggType: a.aggType, aggID: a.aggID, epoch: epoch, handoff: true, cause: a.cause}
+	if a.err != nil {
+		g.cause = a.class
+	}
+	for _, e := range a.events[from:] {
+		g.events = append(g.events, workflows.EventRef{ID: e.id, Version: e.version, Type: e.eventType})
+		g.ids = append(g.ids, e.id)
+		g.rows = append(g.rows, e.claimed)
+	}
+	return g
+}
+
+// handOver starts (or signals) the workflows of aggregates just handed to
+// them, and settles the dispatch as every dispatch is settled: the rows
+// Temporal took are marked dispatched under the new epoch; the others stay
+// pending with a backoff, owned by the workflow, for the claim of owned
+// aggregates to hand over again; never published around the failure.
+func (p *Poller) handOver(ctx context.Context, groups []*aggregateGroup) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.SignalTimeout+p.cfg.MarkTimeout)
+	defer cancel()
+	ok, failed := p.dispatch(dctx, groups)
+	if err := p.settleDispatch(ctx, groups, ok, failed); err != nil {
+		p.log.Warn("could not mark handed-over rows dispatched; they return after the lease and are handed over again", "error", err)
+	}
+	for _, f := range failed {
+		p.log.Warn("could not hand an aggregate to its workflow; it stays the workflow's and its rows are handed over again after a backoff (never published around the failure)",
+			"aggregate", f.workflowID, "error", f.err)
+	}
+}
+
+// dispatchOwned hands the pending rows of aggregates that workflows own
+// to their runs, by signal under the owner's epoch.
+func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) (int, error) {
+	start := time.Now()
+	var rs pgx.Rows
+	var err error
+	if only == nil {
+		rs, err = p.cfg.Pool.Query(ctx, sqlOwnedClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name)
+	} else {
+		types, ids := splitKeys(only)
+		rs, err = p.cfg.Pool.Query(ctx, sqlOwnedClaimOf, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name, types, ids)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("claim rows of aggregates workflows own: %w", err)
+	}
+	epochs := map[outbox.AggregateKey]int64{}
+	batch, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (claimed, error) {
+		var c claimed
+		var epoch int64
+		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts, &epoch)
+		epochs[outbox.AggregateKey{Type: c.aggType, ID: c.aggID}] = epoch
+		return c, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim rows of aggregates workflows own: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	groups := group(batch)
+	for _, g := range groups {
+		g.epoch = epochs[outbox.AggregateKey{Type: g.aggType, ID: g.aggID}]
+	}
+	dctx, dcancel := context.WithTimeout(ctx, p.cfg.Lease-p.cfg.MarkTimeout)
+	ok, failed := p.dispatch(dctx, groups)
+	dcancel()
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
+	defer cancel()
+	if err := p.settleDispatch(mctx, groups, ok, failed); err != nil {
+		return len(batch), err
+	}
+	if len(failed) > 0 {
+		p.log.Warn("could not hand some aggregates' events to their workflows; their rows stay pending and are retried with a backoff",
+			"failed_aggregates", len(failed), "of", len(groups), "first_aggregate", failed[0].workflowID, "first_error", failed[0].err)
+	}
+	p.metrics.Batch(len(batch), len(failed), time.Since(start))
+	return len(batch), nil
+}
+
+// settleDispatch marks the rows Temporal took dispatched (under their
+// group's epoch, when the group has one) and gives the failed groups'
+// rows back with a backoff, quarantining those Temporal refused as invalid
+// too often. It returns the mark's error.
+func (p *Poller) settleDispatch(ctx context.Context, groups []*aggregateGroup, ok []string, failed []failure) error {
+	var markErr error
+	if len(ok) > 0 {
+		if err := p.markDispatched(ctx, groups, ok); err != nil {
+			// The workflows have the events; the rows come back after the
+			// lease and are handed over again, and the workflows drop them.
+			markErr = fmt.Errorf("mark %d rows dispatched: %w", len(ok), err)
+		}
+	}
+	for _, f := range failed {
+		release := f.ids
+		if refused(f.err) {
+			release = p.quarantineRefused(ctx, f)
+		}
+		if len(release) == 0 {
+			continue
+		}
+		if _, err := p.cfg.Pool.Exec(ctx, sqlRelease, release, p.cfg.MaxBackoff, pgtext.Truncate(f.err.Error(), 1000)); err != nil {
+			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
+		}
+	}
+	return markErr
+}
+
+// markDispatched marks the accepted rows: unfenced for groups without an
+// epoch (the workflow lane), under their epoch for the others.
+func (p *Poller) markDispatched(ctx context.Context, groups []*aggregateGroup, ok []string) error {
+	accepted := make(map[string]bool, len(ok))
+	for _, id := range ok {
+		accepted[id] = true
+	}
+	var plain, owned []string
+	var epochs []int64
+	for _, g := range groups {
+		for _, id := range g.ids {
+			switch {
+			case !accepted[id]:
+			case g.epoch == 0:
+				plain = append(plain, id)
+			default:
+				owned = append(owned, id)
+				epochs = append(epochs, g.epoch)
+			}
+		}
+	}
+	if len(plain) > 0 {
+		if _, err := p.cfg.Pool.Exec(ctx, sqlMarkDispatched, plain); err != nil {
+			return err
+		}
+	}
+	if len(owned) > 0 {
+		if _, err := p.cfg.Pool.Exec(ctx, sqlMarkDispatchedOwned, owned, epochs); err != nil {
+			return err
+		}
+	}
+	return nil
+}

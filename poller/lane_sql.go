@@ -1,0 +1,261 @@
+package poller
+
+import (
+	"strings"
+
+	"github.com/ferry-outbox/ferry/workflows"
+)
+
+// The publish-first lane's statements. Ownership lives in outbox_owners
+// (migration 0010 says why it is a table of its own): a relay owns the
+// aggregates it publishes directly under a lease and an epoch, a workflow
+// the aggregates handed to it. No statement here locks an
+// outbox_aggregates row that a producer may hold and then waits for
+// another one: producers lock that row for their whole transaction, so a
+// statement that waited on one while holding another could deadlock with
+// a producer writing two aggregates, and PostgreSQL would abort one of the
+// two, perhaps the producer.
+
+// laneCandidates picks the aggregates of a direct claim: the oldest due
+// pending rows that are their aggregate's next version (delivered + 1),
+// of aggregates that no workflow owns and no live lease holds. Rows that
+// are not the next version are passed over, not counted in the LIMIT: an
+// aggregate whose next version is out of reach (released with a backoff,
+// delayed, held back, quarantined) waits and takes no room from the
+// others. The scan follows the pending rows' index on next_attempt_at
+// (0001); the checks are primary-key lookups.
+const laneCandidates = `
+    SELECT e.aggregate_type, e.aggregate_id, a.delivered_version
+    FROM outbox_events e
+    JOIN outbox_aggregates a ON a.aggregate_type = e.aggregate_type AND a.aggregate_id = e.aggregate_id
+    WHERE e.status = 'pending' AND e.next_attempt_at <= now()
+      AND e.aggregate_version = a.delivered_version + 1
+      AND NOT EXISTS (SELECT 1 FROM outbox_owners o
+                      WHERE o.aggregate_type = e.aggregate_type AND o.aggregate_id = e.aggregate_id
+                        AND (o.owner = 'workflow' OR o.lease_until > now()))
+    ORDER BY e.next_attempt_at
+    LIMIT $1`
+
+// laneCandidatesOf is laneCandidates for given aggregates ($5, $6: their
+// types and ids), as the log-tailing relay hands them over from the
+// stream; $1 is unused but keeps the numbering.
+const laneCandidatesOf = `
+    SELECT e.aggregate_type, e.aggregate_id, a.delivered_version
+    FROM unnest($5::text[], $6::text[]) AS k(t, i)
+    JOIN outbox_aggregates a ON a.aggregate_type = k.t AND a.aggregate_id = k.i
+    JOIN outbox_events e ON e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
+        AND e.aggregate_version = a.delivered_version + 1
+    WHERE e.status = 'pending' AND e.next_attempt_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM outbox_owners o
+                      WHERE o.aggregate_type = e.aggregate_type AND o.aggregate_id = e.aggregate_id
+                        AND (o.owner = 'workflow' OR o.lease_until > now()))
+      AND $1::int > 0`
+
+// sqlLaneClaimTemplate takes the candidates' ownership and their runs of
+// contiguous versions in one statement:
+//
+//   - owned: an owner row per candidate, 'relay', with a new epoch and a
+//     lease of $2 for this relay ($3), inserted, or taken over from a
+//     relay whose lease ran out; a workflow's row and a live lease are
+//     never taken (ON CONFLICT … WHERE). Inserted in key order, so two
+//     relays claiming overlapping aggregates lock owner rows in the same
+//     order and never deadlock.
+//   - run: the owned aggregates' pending due rows from delivered + 1 up to
+//     $4 versions, locked SKIP LOCKED; a row's version minus its rank is
+//     the delivered version exactly while the versions are contiguous, so
+//     the run stops at the first version that is missing, not due or
+//     locked, and nothing after it is taken.
+//   - claimed: the run's rows, leased as every claim leases (attempts
+//     counted, next_attempt_at moved by the lease, claimed_by).
+//
+// The result has a line per owned aggregate; one whose run is empty
+// (its next version was locked or just published by the relay it took
+// over from) comes without a row, and the relay releases it at once.
+const sqlLaneClaimTemplate = `
+WITH next AS (CANDIDATES
+), owned AS (
+    INSERT INTO outbox_owners AS o (aggregate_type, aggregate_id, owner, epoch, holder, lease_until)
+    SELECT aggregate_type, aggregate_id, 'relay', nextval('ferry_owner_epoch'), $3, now() + $2::interval
+    FROM next ORDER BY aggregate_type, aggregate_id
+    ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+        SET epoch = EXCLUDED.epoch, holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until,
+            cause = NULL, since = now()
+        WHERE o.owner = 'relay' AND o.lease_until <= now()
+    RETURNING o.aggregate_type, o.aggregate_id, o.epoch
+), run AS (
+    SELECT r.id, w.aggregate_type, w.aggregate_id,
+           r.aggregate_version - row_number() OVER (PARTITION BY w.aggregate_type, w.aggregate_id
+                                                   ORDER BY r.aggregate_version) = n.delivered_version AS contiguous
+    FROM owned w
+    JOIN next n ON n.aggregate_type = w.aggregate_type AND n.aggregate_id = w.aggregate_id
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.aggregate_version FROM outbox_events e
+        WHERE e.aggregate_type = w.aggregate_type AND e.aggregate_id = w.aggregate_id
+          AND e.aggregate_version > n.delivered_version AND e.aggregate_version <= n.delivered_version + $4
+          AND e.status = 'pending' AND e.next_attempt_at <= now()
+        ORDER BY e.aggregate_version
+        FOR UPDATE SKIP LOCKED
+    ) r
+), claimed AS (
+    UPDATE outbox_events e
+    SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
+    FROM run
+    WHERE e.id = run.id AND run.contiguous
+    RETURNING e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
+              e.trace_parent, e.trace_state, e.attempts
+)
+SELECT w.aggregate_type, w.aggregate_id, w.epoch, coalesce(c.id::text, ''), coalesce(c.aggregate_version, 0),
+       coalesce(c.event_type, ''), coalesce(c.trace_parent, ''), coalesce(c.trace_state, ''), coalesce(c.attempts, 0)
+FROM owned w
+LEFT JOIN claimed c ON c.aggregate_type = w.aggregate_type AND c.aggregate_id = w.aggregate_id`
+
+var (
+	sqlLaneClaim   = strings.Replace(sqlLaneClaimTemplate, "CANDIDATES", laneCandidates, 1)
+	sqlLaneClaimOf = strings.Replace(sqlLaneClaimTemplate, "CANDIDATES", laneCandidatesOf, 1)
+)
+
+// sqlLaneMarkTemplate settles a direct claim, per aggregate ($1-$7: type,
+// id, the epoch it was claimed under, the highest version the broker
+// confirmed or 0, whether to hand it to its workflow, why, and the highest
+// version handed), in one statement, so ownership changes in the
+// transaction of the marks it belongs to:
+//
+//   - cur locks the outbox_aggregates rows whose cursor moves, SKIP
+//     LOCKED (LOCKING): a row a producer holds is not waited for here;
+//     the caller settles that aggregate on its own (LOCKING empty: the
+//     statement waits, locking one row). See the file comment for why.
+//   - released: the relay's owner rows under their epochs are deleted;
+//     the aggregates are free for the next claim.
+//   - handed: or they become their workflow's, under a new epoch.
+//   - ev, back: the confirmed rows ($8) are published under the relay's
+//     epoch; the rows of a broker-wide failure ($11) return after $9 with
+//     $10 as their last_error. Only rows of aggregates still the relay's.
+//   - moved: the cursor goes to the highest confirmed version; more says
+//     whether later versions were written (perhaps not committed yet).
+//
+// A line per aggregate says what happened: ok, locked (not settled: its
+// counter row was busy) or fenced (refused: not the relay's under that
+// epoch any more; its marks were not made).
+const sqlLaneMarkTemplate = `
+WITH k AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean[], $6::text[], $7::bigint[])
+        AS k(t, i, epoch, upto, handoff, cause, handed)
+), cur AS (
+    SELECT a.aggregate_type, a.aggregate_id FROM outbox_aggregates a
+    JOIN k ON a.aggregate_type = k.t AND a.aggregate_id = k.i AND k.upto > 0
+    ORDER BY a.aggregate_type, a.aggregate_id
+    FOR UPDATE OF a LOCKING
+), go AS (
+    SELECT k.* FROM k
+    WHERE k.upto = 0 OR EXISTS (SELECT 1 FROM cur WHERE cur.aggregate_type = k.t AND cur.aggregate_id = k.i)
+), released AS (
+    DELETE FROM outbox_owners o USING go
+    WHERE o.aggregate_type = go.t AND o.aggregate_id = go.i AND o.owner = 'relay' AND o.epoch = go.epoch
+      AND NOT go.handoff
+    RETURNING o.aggregate_type, o.aggregate_id, o.epoch, 0::bigint AS new_epoch
+), handed AS (
+    UPDATE outbox_owners o
+    SET owner = 'workflow', epoch = nextval('ferry_owner_epoch'), holder = NULL, lease_until = NULL,
+        cause = go.cause, handed_version = go.handed, handed_at = now(), since = now()
+    FROM go
+    WHERE o.aggregate_type = go.t AND o.aggregate_id = go.i AND o.owner = 'relay' AND o.epoch = go.epoch
+      AND go.handoff
+    RETURNING o.aggregate_type, o.aggregate_id, go.epoch, o.epoch AS new_epoch
+), mine AS (
+    SELECT * FROM released UNION ALL SELECT * FROM handed
+), ev AS (
+    UPDATE outbox_events e
+    SET status = 'published', published_at = now(), last_error = NULL, owner_epoch = m.epoch
+    FROM mine m
+    WHERE e.id = ANY($8::uuid[]) AND e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
+      AND e.status = 'pending'
+    RETURNING 1
+), back AS (
+    UPDATE outbox_events e
+    SET next_attempt_at = now() + $9::interval, last_error = $10
+    FROM mine m
+    WHERE e.id = ANY($11::uuid[]) AND e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
+      AND e.status = 'pending'
+    RETURNING 1
+), moved AS (
+    UPDATE outbox_aggregates a
+    SET delivered_version = greatest(a.delivered_version, k.upto), updated_at = now()
+    FROM mine m JOIN k ON k.t = m.aggregate_type AND k.i = m.aggregate_id
+    WHERE a.aggregate_type = m.aggregate_type AND a.aggregate_id = m.aggregate_id AND k.upto > 0
+    RETURNING a.aggregate_type, a.aggregate_id, a.last_version > a.delivered_version AS more
+)
+SELECT k.t, k.i,
+       CASE WHEN m.aggregate_type IS NOT NULL THEN 'ok' WHEN g.t IS NULL THEN 'locked' ELSE 'fenced' END,
+       coalesce(m.new_epoch, 0), coalesce(mv.more, false),
+       (SELECT count(*) FROM ev), (SELECT count(*) FROM back)
+FROM k
+LEFT JOIN go g ON g.t = k.t AND g.i = k.i
+LEFT JOIN mine m ON m.aggregate_type = k.t AND m.aggregate_id = k.i
+LEFT JOIN moved mv ON mv.aggregate_type = k.t AND mv.aggregate_id = k.i`
+
+var (
+	sqlLaneMark     = strings.Replace(sqlLaneMarkTemplate, "LOCKING", "SKIP LOCKED", 1)
+	sqlLaneMarkWait = strings.Replace(sqlLaneMarkTemplate, "LOCKING", "", 1)
+)
+
+// Results of sqlLaneMark per aggregate.
+const (
+	markOK     = "ok"
+	markLocked = "locked"
+	markFenced = "fenced"
+)
+
+// sqlOwnedClaimTemplate is the claim of the aggregates workflows own: their
+// pending due rows above the cursor, oldest first, $1 of them, for the
+// relay to hand to the run by signal. Each owner row is locked with its
+// rows (SKIP LOCKED: a run releasing it, or another relay handing it
+// rows, is not waited for) and its handed_version raised to the highest
+// version handed: a run releases the aggregate only once it delivered
+// that far, so a version handed while it looked is never stranded. The
+// rows are leased as every claim leases them.
+const sqlOwnedClaimTemplate = `
+WITH picked AS (
+    SELECT e.id, o.aggregate_type, o.aggregate_id, o.epoch, e.aggregate_version
+    FROM OWNERS
+    JOIN outbox_aggregates a ON a.aggregate_type = o.aggregate_type AND a.aggregate_id = o.aggregate_id
+    JOIN outbox_events e ON e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+        AND e.aggregate_version > a.delivered_version
+    WHERE o.owner = 'workflow' AND e.status = 'pending' AND e.next_attempt_at <= now()
+    ORDER BY e.next_attempt_at
+    LIMIT $1
+    FOR UPDATE OF e, o SKIP LOCKED
+), handed AS (
+    UPDATE outbox_owners o SET handed_version = greatest(o.handed_version, p.top), handed_at = now()
+    FROM (SELECT aggregate_type, aggregate_id, epoch, max(aggregate_version) AS top FROM picked GROUP BY 1, 2, 3) p
+    WHERE o.aggregate_type = p.aggregate_type AND o.aggregate_id = p.aggregate_id AND o.epoch = p.epoch
+    RETURNING o.aggregate_type, o.aggregate_id
+)
+UPDATE outbox_events e
+SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
+FROM picked p JOIN handed h ON h.aggregate_type = p.aggregate_type AND h.aggregate_id = p.aggregate_id
+WHERE e.id = p.id
+RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
+    coalesce(e.trace_parent, ''), coalesce(e.trace_state, ''), e.attempts, p.epoch`
+
+var (
+	sqlOwnedClaim   = strings.Replace(sqlOwnedClaimTemplate, "OWNERS", "outbox_owners o", 1)
+	sqlOwnedClaimOf = strings.Replace(sqlOwnedClaimTemplate, "OWNERS",
+		"unnest($4::text[], $5::text[]) AS k(t, i) JOIN outbox_owners o ON o.aggregate_type = k.t AND o.aggregate_id = k.i", 1)
+)
+
+// sqlMarkDispatchedOwned is sqlMarkDispatched for rows handed to a
+// workflow that owns their aggregate: only while it owns it under the
+// epoch they were handed under ($2, per row).
+const sqlMarkDispatchedOwned = `
+UPDATE outbox_events e SET status = 'dispatched', dispatched_at = now(), last_error = NULL
+FROM unnest($1::uuid[], $2::bigint[]) AS k(id, epoch)
+JOIN outbox_owners o ON o.owner = 'workflow' AND o.epoch = k.epoch
+WHERE e.id = k.id AND o.aggregate_type = e.aggregate_type AND o.aggregate_id = e.aggregate_id
+  AND e.status = 'pending' AND coalesce(e.last_error, '') NOT LIKE '` + workflows.HeldPrefix + `%'`
+
+// sqlReleaseOwners drops relay owner rows ($1-$3: type, id, epoch) that
+// took no rows: the aggregate's next version was out of reach after all.
+const sqlReleaseOwners = `
+DELETE FROM outbox_owners o
+USING unnest($1::text[], $2::text[], $3::bigint[]) AS k(t, i, epoch)
+WHERE o.aggregate_type = k.t AND o.aggregate_id = k.i AND o.owner = 'relay' AND o.epoch = k.epoch`
