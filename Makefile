@@ -40,16 +40,22 @@ run: build-dev ## Run Ferry on the embedded Temporal server with the UI and a de
 .PHONY: build
 build: build-ferry build-dev ## Build bin/ferry (production, no embedded server) and bin/ferry-dev (with `ferry dev`)
 
+# The commit `ferry version` prints, for builds without a VCS stamp (this
+# tree's GOFLAGS may carry -buildvcs=false); "-modified" when the work tree
+# differs from it.
+FERRY_COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -modified)
+FERRY_LDFLAGS := -X github.com/ferry-outbox/ferry/cmd/ferry/cli.commit=$(FERRY_COMMIT)
+
 .PHONY: build-ferry
 build-ferry:
 	@mkdir -p $(BIN)
-	cd cmd/ferry && $(GO) build -o $(CURDIR)/$(BIN)/ferry .
+	cd cmd/ferry && $(GO) build -ldflags='$(FERRY_LDFLAGS)' -o $(CURDIR)/$(BIN)/ferry .
 
 .PHONY: build-dev
 build-dev:
 	@mkdir -p $(BIN)
 	@test -x $(BIN)/ferry-dev || echo "building bin/ferry-dev; the first build compiles the Temporal server and takes several minutes…"
-	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
+	cd dev && $(GO) build -ldflags='$(FERRY_LDFLAGS)' -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
 
 .PHONY: test
 test: browser temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
