@@ -25,12 +25,12 @@ MODULES := . cmd/ferry examples/orders dev
 # Packages of the dev module that link the embedded Temporal server run
 # without -race: each such test binary is ~200 MB, and -race makes it several
 # times slower. The benchmark's unit tests do not link it.
-DEV_RACE_PKGS   := ./bench/...
+DEV_RACE_PKGS   := ./bench/... ./tools/release/
 DEV_SERVER_PKGS := ./e2e/...
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
 run: build-dev ## Run Ferry on the embedded Temporal server with the UI and a demo producer (bin/ferry-dev dev)
@@ -140,6 +140,20 @@ download:
 $(TOOLS)/workflowcheck:
 	@mkdir -p $(TOOLS)
 	GOBIN=$(abspath $(TOOLS)) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+# A release gives all MODULES one version (dev/tools/release says how).
+# VERSION defaults to the newest section of CHANGELOG.md, which must have
+# one for it. RELEASE_CHECK_FLAGS adds flags, e.g. -plant-replace=cmd/ferry
+# (keeps a replace directive in that go.mod: the check must fail) or -keep.
+VERSION ?= $(shell sed -n 's/^## \(v[^ ]*\).*/\1/p' CHANGELOG.md | head -n1)
+
+.PHONY: release-check
+release-check: ## Dry-run release VERSION (default: CHANGELOG.md's newest): rewritten go.mod files, a file module proxy, go install …/cmd/ferry@VERSION, an embedder that go-gets the library (1-6 min, mostly downloads into an empty module cache)
+	cd dev && $(GO) run ./tools/release check -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)" $(RELEASE_CHECK_FLAGS)
+
+.PHONY: release-prepare
+release-prepare: ## Rewrite this (clean) work tree into release VERSION, on a release branch: requires at VERSION, no replace directives; prints what to commit and tag
+	cd dev && $(GO) run ./tools/release prepare -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)"
 
 .PHONY: migrate
 migrate: build-ferry ## Apply Ferry's migrations to FERRY_POSTGRES_URL (default: local postgres)
