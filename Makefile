@@ -147,13 +147,23 @@ $(TOOLS)/workflowcheck:
 # (keeps a replace directive in that go.mod: the check must fail) or -keep.
 VERSION ?= $(shell sed -n 's/^## \(v[^ ]*\).*/\1/p' CHANGELOG.md | head -n1)
 
+# The tool is built once from the tree with its replace directives: in a
+# tree that release-prepare rewrote, module dev requires the library at a
+# version no proxy has yet, and could not build it (dev/go.mod is
+# therefore no prerequisite).
+RELEASE_TOOL := $(TOOLS)/release
+
+$(RELEASE_TOOL): $(wildcard dev/tools/release/*.go dev/tools/release/testdata/embedder/*.go)
+	@mkdir -p $(TOOLS)
+	cd dev && $(GO) build -o $(abspath $@) ./tools/release
+
 .PHONY: release-check
-release-check: ## Dry-run release VERSION (default: CHANGELOG.md's newest): rewritten go.mod files, a file module proxy, go install …/cmd/ferry@VERSION, an embedder that go-gets the library (1-6 min, mostly downloads into an empty module cache)
-	cd dev && $(GO) run ./tools/release check -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)" $(RELEASE_CHECK_FLAGS)
+release-check: $(RELEASE_TOOL) ## Dry-run release VERSION (default: CHANGELOG.md's newest): rewritten go.mod files, a file module proxy, go install …/cmd/ferry@VERSION, an embedder that go-gets the library (1-6 min, mostly downloads into an empty module cache)
+	$(RELEASE_TOOL) check -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)" $(RELEASE_CHECK_FLAGS)
 
 .PHONY: release-prepare
-release-prepare: ## Rewrite this (clean) work tree into release VERSION, on a release branch: requires at VERSION, no replace directives; prints what to commit and tag
-	cd dev && $(GO) run ./tools/release prepare -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)"
+release-prepare: $(RELEASE_TOOL) ## Rewrite this (clean) work tree into release VERSION, on a release branch: requires at VERSION, no replace directives; prints what to commit and tag
+	$(RELEASE_TOOL) prepare -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)"
 
 .PHONY: migrate
 migrate: build-ferry ## Apply Ferry's migrations to FERRY_POSTGRES_URL (default: local postgres)

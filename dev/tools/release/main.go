@@ -9,15 +9,14 @@
 // the tree's other modules at the release version and has no replace
 // directive, and every go.sum has those modules' hashes.
 //
-//	cd dev && go run ./tools/release prepare -root .. -version v0.1.0
+//	make release-prepare VERSION=v0.1.0
 //
 // does that rewrite in the work tree (which must be clean), on a release
-// branch, and says what to commit and tag (make release-prepare).
+// branch, and says what to commit and tag.
 //
-//	cd dev && go run ./tools/release check -root .. -version v0.1.0
+//	make release-check VERSION=v0.1.0
 //
-// dry-runs it (make release-check): in a temporary copy of the tracked
-// files, the same rewrite, each module's zip (golang.org/x/mod/zip) in a
+// dry-runs it: in a temporary copy of the tracked files, the same rewrite, each module's zip (golang.org/x/mod/zip) in a
 // file-based module proxy, then, with an empty module cache and
 // GOPROXY=file://<that proxy>,<the usual one>, `go install
 // github.com/ferry-outbox/ferry/cmd/ferry@v0.1.0`, its `ferry version`
@@ -25,6 +24,10 @@
 // version and runs the producer of docs/producing.md against PostgreSQL.
 // -plant-replace DIR keeps a replace directive in DIR/go.mod, as a broken
 // rewrite would, and the check fails.
+//
+// The Makefile builds this tool (bin/tools/release) before it rewrites
+// anything: in a rewritten tree, module dev requires the library at a
+// version no proxy has yet.
 //
 // The modules are found, not listed: every go.mod git tracks (outside
 // testdata). -modules, the Makefile's MODULES, must name the same folders.
