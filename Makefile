@@ -58,7 +58,7 @@ build-dev:
 	cd dev && $(GO) build -ldflags='$(FERRY_LDFLAGS)' -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
 
 .PHONY: test
-test: browser temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
+test: browser buildah temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
 	cd cmd/ferry && $(GO) test -race -count=1 ./...
@@ -104,6 +104,12 @@ browser: ## Install headless Chromium (Debian package) for the UI test, if missi
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  echo "installing chromium for the UI test (apt-get)…"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+.PHONY: buildah
+buildah: ## Install buildah (Debian package) for the image test, if missing
+	@command -v buildah >/dev/null 2>&1 || { \
+	  echo "installing buildah for the image test (apt-get)…"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; }
 
 .PHONY: temporal-cli
 temporal-cli: $(TEMPORAL_CLI) ## Build Temporal's CLI (pinned) for the CLI test, if missing (the first build compiles a Temporal server: minutes)
