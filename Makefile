@@ -25,12 +25,12 @@ MODULES := . cmd/ferry examples/orders dev
 # Packages of the dev module that link the embedded Temporal server run
 # without -race: each such test binary is ~200 MB, and -race makes it several
 # times slower. The benchmark's unit tests do not link it.
-DEV_RACE_PKGS   := ./bench/...
+DEV_RACE_PKGS   := ./bench/... ./tools/release/
 DEV_SERVER_PKGS := ./e2e/...
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
 run: build-dev ## Run Ferry on the embedded Temporal server with the UI and a demo producer (bin/ferry-dev dev)
@@ -40,19 +40,25 @@ run: build-dev ## Run Ferry on the embedded Temporal server with the UI and a de
 .PHONY: build
 build: build-ferry build-dev ## Build bin/ferry (production, no embedded server) and bin/ferry-dev (with `ferry dev`)
 
+# The commit `ferry version` prints, for builds without a VCS stamp (this
+# tree's GOFLAGS may carry -buildvcs=false); "-modified" when the work tree
+# differs from it.
+FERRY_COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -modified)
+FERRY_LDFLAGS := -X github.com/ferry-outbox/ferry/cmd/ferry/cli.commit=$(FERRY_COMMIT)
+
 .PHONY: build-ferry
 build-ferry:
 	@mkdir -p $(BIN)
-	cd cmd/ferry && $(GO) build -o $(CURDIR)/$(BIN)/ferry .
+	cd cmd/ferry && $(GO) build -ldflags='$(FERRY_LDFLAGS)' -o $(CURDIR)/$(BIN)/ferry .
 
 .PHONY: build-dev
 build-dev:
 	@mkdir -p $(BIN)
 	@test -x $(BIN)/ferry-dev || echo "building bin/ferry-dev; the first build compiles the Temporal server and takes several minutes…"
-	cd dev && $(GO) build -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
+	cd dev && $(GO) build -ldflags='$(FERRY_LDFLAGS)' -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
 
 .PHONY: test
-test: browser temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
+test: browser buildah temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
 	cd cmd/ferry && $(GO) test -race -count=1 ./...
@@ -99,6 +105,12 @@ browser: ## Install headless Chromium (Debian package) for the UI test, if missi
 	  echo "installing chromium for the UI test (apt-get)…"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+.PHONY: buildah
+buildah: ## Install buildah (Debian package) for the image test, if missing
+	@command -v buildah >/dev/null 2>&1 || { \
+	  echo "installing buildah for the image test (apt-get)…"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; }
+
 .PHONY: temporal-cli
 temporal-cli: $(TEMPORAL_CLI) ## Build Temporal's CLI (pinned) for the CLI test, if missing (the first build compiles a Temporal server: minutes)
 
@@ -134,6 +146,30 @@ download:
 $(TOOLS)/workflowcheck:
 	@mkdir -p $(TOOLS)
 	GOBIN=$(abspath $(TOOLS)) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+# A release gives all MODULES one version (dev/tools/release says how).
+# VERSION defaults to the newest section of CHANGELOG.md, which must have
+# one for it. RELEASE_CHECK_FLAGS adds flags, e.g. -plant-replace=cmd/ferry
+# (keeps a replace directive in that go.mod: the check must fail) or -keep.
+VERSION ?= $(shell sed -n 's/^## \(v[^ ]*\).*/\1/p' CHANGELOG.md | head -n1)
+
+# The tool is built once from the tree with its replace directives: in a
+# tree that release-prepare rewrote, module dev requires the library at a
+# version no proxy has yet, and could not build it (dev/go.mod is
+# therefore no prerequisite).
+RELEASE_TOOL := $(TOOLS)/release
+
+$(RELEASE_TOOL): $(wildcard dev/tools/release/*.go dev/tools/release/testdata/embedder/*.go)
+	@mkdir -p $(TOOLS)
+	cd dev && $(GO) build -o $(abspath $@) ./tools/release
+
+.PHONY: release-check
+release-check: $(RELEASE_TOOL) ## Dry-run release VERSION (default: CHANGELOG.md's newest): rewritten go.mod files, a file module proxy, go install …/cmd/ferry@VERSION, an embedder that go-gets the library (1-6 min, mostly downloads into an empty module cache)
+	$(RELEASE_TOOL) check -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)" $(RELEASE_CHECK_FLAGS)
+
+.PHONY: release-prepare
+release-prepare: $(RELEASE_TOOL) ## Rewrite this (clean) work tree into release VERSION, on a release branch: requires at VERSION, no replace directives; prints what to commit and tag
+	$(RELEASE_TOOL) prepare -root $(CURDIR) -version "$(VERSION)" -modules "$(MODULES)"
 
 .PHONY: migrate
 migrate: build-ferry ## Apply Ferry's migrations to FERRY_POSTGRES_URL (default: local postgres)

@@ -74,7 +74,7 @@ Every flag can also be set by the environment variable shown with it.`,
 	root.SetErr(stderr)
 	addSettingFlags(root.PersistentFlags(), g)
 	addConfigFileFlag(root, g)
-	root.AddCommand(pingCmd(g))
+	root.AddCommand(pingCmd(g), versionCmd(g))
 
 	root.AddCommand(
 		migrateCmd(g),
