@@ -76,7 +76,7 @@ func (a *Repair) Register(r Registry) {
 // QuarantineEvent marks an event quarantined and counts it.
 func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
 	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
-	if err := outbox.Quarantine(ctx, a.pool, in.EventID, msg); err != nil {
+	if err := outbox.Quarantine(ctx, a.pool, in.EventID, in.ErrorClass, msg); err != nil {
 		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 	}
 	a.metrics.Quarantined(in.EventType, in.ErrorClass)
