@@ -1,6 +1,7 @@
 package ferry_test
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -192,4 +193,34 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	require.Equal(t, runtimeStage, final.String(), "the final stage is the one the image test builds")
+}
+
+// docs/deployment.md says plainly which versions the tests run and which
+// the compose file pins: it names every image of the file and the Temporal
+// server and UI server versions the dev module's tests embed, so a bump of
+// either side without the page fails here.
+func TestDeploymentPageNamesComposeAndTestedVersions(t *testing.T) {
+	t.Parallel()
+	c, _ := loadCompose(t)
+	page, err := os.ReadFile("docs/deployment.md")
+	require.NoError(t, err)
+	_, versions, ok := strings.Cut(string(page), "**Versions: what the tests run, and what the compose file pins.**")
+	require.True(t, ok, "docs/deployment.md has no versions paragraph")
+	versions, _, _ = strings.Cut(versions, "\n\n")
+	versions = strings.Join(strings.Fields(versions), " ")
+	for name, s := range c.Services {
+		if s.Build == nil {
+			require.Contains(t, versions, "`"+s.Image+"`", "service %s's image", name)
+		}
+	}
+	mod, err := os.ReadFile("dev/go.mod")
+	require.NoError(t, err)
+	for _, m := range []struct{ module, doc string }{
+		{"go.temporal.io/server", "the Temporal server %s"},
+		{"github.com/temporalio/ui-server/v2", "Temporal UI server %s"},
+	} {
+		v := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(m.module) + ` v(\S+)`).FindSubmatch(mod)
+		require.NotNil(t, v, "dev/go.mod requires %s", m.module)
+		require.Contains(t, versions, fmt.Sprintf(m.doc, v[1]), "the tested %s", m.module)
+	}
 }

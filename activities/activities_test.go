@@ -153,17 +153,18 @@ func insert(t *testing.T, pool *pgxpool.Pool, aggType, aggID string, r row) even
 }
 
 type rowState struct {
-	Status      string
-	PublishedAt *time.Time
-	LastError   *string
+	Status         string
+	PublishedAt    *time.Time
+	LastError      *string
+	LastErrorClass *string
 }
 
 func readRow(t *testing.T, pool *pgxpool.Pool, id string) rowState {
 	t.Helper()
 	var r rowState
 	err := pool.QueryRow(context.Background(),
-		`SELECT status, published_at, last_error FROM outbox_events WHERE id = $1`, id).
-		Scan(&r.Status, &r.PublishedAt, &r.LastError)
+		`SELECT status, published_at, last_error, last_error_class FROM outbox_events WHERE id = $1`, id).
+		Scan(&r.Status, &r.PublishedAt, &r.LastError, &r.LastErrorClass)
 	require.NoError(t, err)
 	return r
 }
@@ -374,6 +375,7 @@ func TestPublishEventUnroutableIsRetryable(t *testing.T) {
 	require.Nil(t, r.PublishedAt)
 	require.NotNil(t, r.LastError)
 	require.Contains(t, *r.LastError, `routing key "order.placed"`)
+	require.Equal(t, activities.ErrTypeUnroutable, *r.LastErrorClass, "the error's class beside it")
 	require.Equal(t, int64(0), delivered(t, b.db.Pool, "order", "o-1"))
 }
 
@@ -393,6 +395,7 @@ func TestPublishEventBrokerDownIsRetryable(t *testing.T) {
 	require.Equal(t, "pending", r.Status)
 	require.NotNil(t, r.LastError)
 	require.Contains(t, *r.LastError, broker.ErrUnavailable.Error())
+	require.Equal(t, activities.ErrTypeBroker, *r.LastErrorClass)
 	require.Equal(t, int64(0), delivered(t, b.db.Pool, "order", "o-1"))
 }
 
@@ -400,12 +403,14 @@ func TestPublishEventSuccessClearsLastError(t *testing.T) {
 	t.Parallel()
 	b := setup(t, activities.Config{}, nil)
 	ev := insert(t, b.db.Pool, "order", "o-1", row{})
-	_, err := b.db.Pool.Exec(context.Background(), `UPDATE outbox_events SET last_error = 'earlier failure' WHERE id = $1`, ev.ID)
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE outbox_events SET last_error = 'earlier failure', last_error_class = 'Unroutable' WHERE id = $1`, ev.ID)
 	require.NoError(t, err)
 
 	b.mustPublish(t, ev)
 
-	require.Nil(t, readRow(t, b.db.Pool, ev.ID).LastError)
+	r := readRow(t, b.db.Pool, ev.ID)
+	require.Nil(t, r.LastError)
+	require.Nil(t, r.LastErrorClass)
 }
 
 func TestDeliveredVersionNeverMovesBack(t *testing.T) {

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -327,11 +328,19 @@ func (a *Publish) LoadAggregateCursor(ctx context.Context, in workflows.CursorIn
 	return res, nil
 }
 
+// noteError records cause as the row's last_error, with its class: the
+// error type of an ApplicationError (the class a quarantine would give it),
+// workflows.ErrClassUnknown for other errors.
 func noteError(ctx context.Context, pool *pgxpool.Pool, id string, cause error) {
 	// Detached: the activity's context may be the reason we are here.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := outbox.NoteError(ctx, pool, id, pgtext.Truncate(cause.Error(), 1000)); err != nil {
+	class := workflows.ErrClassUnknown
+	var appErr *temporal.ApplicationError
+	if errors.As(cause, &appErr) {
+		class = cmp.Or(appErr.Type(), class)
+	}
+	if err := outbox.NoteError(ctx, pool, id, class, pgtext.Truncate(cause.Error(), 1000)); err != nil {
 		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
 	}
 }

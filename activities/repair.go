@@ -78,7 +78,7 @@ func (a *Repair) Register(r Registry) {
 func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
 	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
 	if in.Epoch > 0 {
-		ok, err := outbox.QuarantineFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch, msg)
+		ok, err := outbox.QuarantineFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch, in.ErrorClass, msg)
 		if err != nil {
 			return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 		}
@@ -88,7 +88,7 @@ func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInp
 			}
 			// Owned, and the row is published: nothing to quarantine.
 		}
-	} else if err := outbox.Quarantine(ctx, a.pool, in.EventID, msg); err != nil {
+	} else if err := outbox.Quarantine(ctx, a.pool, in.EventID, in.ErrorClass, msg); err != nil {
 		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 	}
 	a.metrics.Quarantined(in.EventType, in.ErrorClass)

@@ -135,7 +135,7 @@ WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
 const sqlMarkPublished = `
 WITH ev AS (
     UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL
+    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL
     WHERE id = $1` + sqlAdvanceCursor
 
 // MarkPublished marks a confirmed event published and advances its
@@ -152,7 +152,7 @@ func MarkPublished(ctx context.Context, db Execer, id string) error {
 const sqlMarkBatchPublished = `
 WITH ev AS (
     UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL
+    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL
     WHERE id = ANY($1::uuid[])
     RETURNING aggregate_version
 )
@@ -167,13 +167,14 @@ func MarkBatchPublished(ctx context.Context, db Execer, ids []string, aggregateT
 	return err
 }
 
-// sqlNoteError keeps the latest failure on the row for operators; the
-// attempt history itself is in Temporal.
-const sqlNoteError = `UPDATE outbox_events SET last_error = $2 WHERE id = $1 AND status <> 'published'`
+// sqlNoteError keeps the latest failure and its class on the row for
+// operators; the attempt history itself is in Temporal.
+const sqlNoteError = `UPDATE outbox_events SET last_error = $2, last_error_class = nullif($3, '') WHERE id = $1 AND status <> 'published'`
 
-// NoteError stores msg as the row's last_error unless it is published.
-func NoteError(ctx context.Context, db Execer, id, msg string) error {
-	_, err := db.Exec(ctx, sqlNoteError, id, msg)
+// NoteError stores msg as the row's last_error, and class (the error's
+// type; "": none) as its last_error_class, unless it is published.
+func NoteError(ctx context.Context, db Execer, id, class, msg string) error {
+	_, err := db.Exec(ctx, sqlNoteError, id, msg, class)
 	return err
 }
 
@@ -193,17 +194,17 @@ func DeliveredVersion(ctx context.Context, db Queryer, aggregateType, aggregateI
 	return v, err
 }
 
-// sqlQuarantine: the row's status says the event is held, last_error why.
-// A published row stays published (a late quarantine of a retried attempt
-// must not hide a success).
+// sqlQuarantine: the row's status says the event is held, last_error why
+// and last_error_class its class. A published row stays published (a late
+// quarantine of a retried attempt must not hide a success).
 const sqlQuarantine = `
-UPDATE outbox_events SET status = 'quarantined', last_error = $2
+UPDATE outbox_events SET status = 'quarantined', last_error = $2, last_error_class = nullif($3, '')
 WHERE id = $1 AND status <> 'published'`
 
 // Quarantine marks an unpublished event quarantined with msg as its
-// last_error.
-func Quarantine(ctx context.Context, db Execer, id, msg string) error {
-	_, err := db.Exec(ctx, sqlQuarantine, id, msg)
+// last_error and class as its last_error_class.
+func Quarantine(ctx context.Context, db Execer, id, class, msg string) error {
+	_, err := db.Exec(ctx, sqlQuarantine, id, msg, class)
 	return err
 }
 
@@ -213,7 +214,7 @@ func Quarantine(ctx context.Context, db Execer, id, msg string) error {
 // published.
 const sqlHold = `
 UPDATE outbox_events
-SET status = 'pending', next_attempt_at = now() + $2::interval, last_error = $3
+SET status = 'pending', next_attempt_at = now() + $2::interval, last_error = $3, last_error_class = NULL
 WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'dispatched')`
 
 // Hold hands the rows back as pending, claimable again after interval;
@@ -227,7 +228,7 @@ func Hold(ctx context.Context, db Execer, ids []string, interval time.Duration, 
 // (aggregate_type, aggregate_id, aggregate_version) index finds them.
 const sqlReleaseHeld = `
 UPDATE outbox_events
-SET next_attempt_at = now(), last_error = NULL
+SET next_attempt_at = now(), last_error = NULL, last_error_class = NULL
 WHERE aggregate_type = $1 AND aggregate_id = $2 AND status = 'pending' AND last_error LIKE '` + HeldPrefix + `%'`
 
 // ReleaseHeld makes the aggregate's held rows claimable at once.
@@ -339,7 +340,7 @@ func StuckRows(ctx context.Context, db Queryer, aggregateType, aggregateID strin
 // cut-off back to pending, for the poller to claim at once.
 const sqlRedispatchAggregate = `
 UPDATE outbox_events
-SET status = 'pending', next_attempt_at = now(), last_error = $4
+SET status = 'pending', next_attempt_at = now(), last_error = $4, last_error_class = NULL
 WHERE aggregate_type = $1 AND aggregate_id = $2
   AND status = 'dispatched' AND dispatched_at < $3`
 
@@ -355,7 +356,7 @@ func RedispatchAggregate(ctx context.Context, db Execer, aggregateType, aggregat
 // still the dispatches that were looked at (dispatched before the cut-off).
 const sqlRedispatchRows = `
 UPDATE outbox_events
-SET status = 'pending', next_attempt_at = now(), last_error = $3
+SET status = 'pending', next_attempt_at = now(), last_error = $3, last_error_class = NULL
 WHERE id = ANY($1::uuid[]) AND status = 'dispatched' AND dispatched_at < $2`
 
 // RedispatchRows sets those of the rows ids that are still dispatched

@@ -79,7 +79,7 @@ WITH own AS (
 // row records the epoch it was published under.
 const sqlMarkPublishedFenced = sqlFence + `, ev AS (
     UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL, owner_epoch = $4
+    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL, owner_epoch = $4
     WHERE id = $1 AND aggregate_type = $2 AND aggregate_id = $3 AND EXISTS (SELECT 1 FROM own)` + sqlAdvanceCursor
 
 // MarkPublishedFenced is MarkPublished for a run that owns the aggregate
@@ -95,7 +95,7 @@ func MarkPublishedFenced(ctx context.Context, db Execer, id, aggregateType, aggr
 // epoch.
 const sqlMarkBatchPublishedFenced = sqlFence + `, ev AS (
     UPDATE outbox_events
-    SET status = 'published', published_at = now(), last_error = NULL, owner_epoch = $4
+    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL, owner_epoch = $4
     WHERE id = ANY($1::uuid[]) AND aggregate_type = $2 AND aggregate_id = $3 AND EXISTS (SELECT 1 FROM own)
     RETURNING aggregate_version
 )
@@ -126,13 +126,13 @@ func Owned(ctx context.Context, db Queryer, aggregateType, aggregateID string, e
 
 // sqlQuarantineFenced is sqlQuarantine under the run's epoch.
 const sqlQuarantineFenced = sqlFence + `
-UPDATE outbox_events SET status = 'quarantined', last_error = $5
+UPDATE outbox_events SET status = 'quarantined', last_error = $5, last_error_class = $6
 WHERE id = $1 AND aggregate_type = $2 AND aggregate_id = $3 AND status <> 'published' AND EXISTS (SELECT 1 FROM own)`
 
 // QuarantineFenced is Quarantine for a run that owns the aggregate under
 // epoch; false: refused (or the row is published), nothing changed.
-func QuarantineFenced(ctx context.Context, db Execer, id, aggregateType, aggregateID string, epoch int64, msg string) (bool, error) {
-	tag, err := db.Exec(ctx, sqlQuarantineFenced, id, aggregateType, aggregateID, epoch, msg)
+func QuarantineFenced(ctx context.Context, db Execer, id, aggregateType, aggregateID string, epoch int64, class, msg string) (bool, error) {
+	tag, err := db.Exec(ctx, sqlQuarantineFenced, id, aggregateType, aggregateID, epoch, msg, class)
 	return tag.RowsAffected() > 0, err
 }
 
@@ -141,7 +141,7 @@ func QuarantineFenced(ctx context.Context, db Execer, id, aggregateType, aggrega
 // refusal).
 const sqlHoldFenced = sqlFence + `, held AS (
     UPDATE outbox_events
-    SET status = 'pending', next_attempt_at = now() + $5::interval, last_error = $6
+    SET status = 'pending', next_attempt_at = now() + $5::interval, last_error = $6, last_error_class = NULL
     WHERE id = ANY($1::uuid[]) AND aggregate_type = $2 AND aggregate_id = $3
       AND status IN ('pending', 'dispatched') AND EXISTS (SELECT 1 FROM own)
     RETURNING 1
@@ -321,7 +321,7 @@ WITH gone AS (
     RETURNING aggregate_type, aggregate_id
 ), requeued AS (
     UPDATE outbox_events e
-    SET status = 'pending', next_attempt_at = now(), last_error = $5
+    SET status = 'pending', next_attempt_at = now(), last_error = $5, last_error_class = NULL
     FROM gone g, outbox_aggregates a
     WHERE e.aggregate_type = g.aggregate_type AND e.aggregate_id = g.aggregate_id
       AND a.aggregate_type = g.aggregate_type AND a.aggregate_id = g.aggregate_id

@@ -136,7 +136,10 @@ type Row struct {
 	Status        string
 	// LastError is empty when the row has none.
 	LastError string
-	CreatedAt time.Time
+	// LastErrorClass is LastError's class (migration 0011); empty when it
+	// has none.
+	LastErrorClass string
+	CreatedAt      time.Time
 	// Payload is the JSON text ("null" once retention blanked it).
 	Payload *string
 }
@@ -144,7 +147,8 @@ type Row struct {
 // sqlQuarantined reads quarantined rows, oldest first, through their
 // partial index (0002); $1 NULL reads all.
 const sqlQuarantined = `
-SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, status, coalesce(last_error, ''), created_at, payload::text
+SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, status, coalesce(last_error, ''),
+       coalesce(last_error_class, ''), created_at, payload::text
 FROM outbox_events WHERE status = 'quarantined'
 ORDER BY created_at
 LIMIT $1`
@@ -175,7 +179,8 @@ func queryRows(ctx context.Context, db Queryer, what, sql string, args ...any) (
 
 // sqlRowsByID reads rows by primary key.
 const sqlRowsByID = `
-SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, status, coalesce(last_error, ''), created_at, payload::text
+SELECT id::text, aggregate_type, aggregate_id, aggregate_version, event_type, status, coalesce(last_error, ''),
+       coalesce(last_error_class, ''), created_at, payload::text
 FROM outbox_events WHERE id = ANY($1::uuid[])`
 
 // RowsByID reads the rows of the given event ids, keyed by the id in lower
@@ -211,7 +216,7 @@ func RowByID(ctx context.Context, db Queryer, id string) (Row, error) {
 
 func scanRow(r pgx.CollectableRow) (Row, error) {
 	var o Row
-	err := r.Scan(&o.ID, &o.AggregateType, &o.AggregateID, &o.Version, &o.EventType, &o.Status, &o.LastError, &o.CreatedAt, &o.Payload)
+	err := r.Scan(&o.ID, &o.AggregateType, &o.AggregateID, &o.Version, &o.EventType, &o.Status, &o.LastError, &o.LastErrorClass, &o.CreatedAt, &o.Payload)
 	return o, err
 }
 
@@ -253,4 +258,88 @@ func Payload(ctx context.Context, db Queryer, id string) ([]byte, error) {
 		return nil, fmt.Errorf("load event %s: %w", id, err)
 	}
 	return raw, nil
+}
+
+// Detail is an outbox row in full, with its aggregate's cursor: what `ferry
+// event` shows of one event. Payload, LastError and Headers may hold
+// personal data: print them only through a redactor.
+type Detail struct {
+	ID, AggregateType, AggregateID, EventType string
+	Version                                   int64
+	SchemaVersion                             int32
+	Status                                    string
+	// Attempts are the claims so far (counted at claim time).
+	Attempts int32
+	// NextAttemptAt is when a pending row becomes claimable.
+	NextAttemptAt time.Time
+	// ClaimedBy is the poller that claimed the row last; empty before.
+	ClaimedBy string
+	// LastError and LastErrorClass are empty when the row has none.
+	LastError, LastErrorClass string
+	// Headers are the producer's; nil when the row has none.
+	Headers map[string]string
+	// DeliverAfter, DispatchedAt and PublishedAt are nil when unset.
+	DeliverAfter, DispatchedAt, PublishedAt *time.Time
+	CreatedAt                               time.Time
+	// TraceParent is empty when the row has none.
+	TraceParent string
+	// Payload is the JSON text as jsonb stores it (what a repair's digest
+	// is of); "null" once retention blanked it.
+	Payload string
+	// Delivered is the aggregate's delivered_version: every version up to
+	// it is published or skipped. LastVersion is the highest version
+	// written.
+	Delivered, LastVersion int64
+}
+
+// sqlDetail reads one row and its aggregate's counter row; the WHERE
+// clause that follows it picks the row by primary key or by the unique
+// (aggregate_type, aggregate_id, aggregate_version) index.
+const sqlDetail = `
+SELECT e.id::text, e.aggregate_type, e.aggregate_id, e.event_type, e.aggregate_version, e.schema_version, e.status,
+       e.attempts, e.next_attempt_at, coalesce(e.claimed_by, ''), coalesce(e.last_error, ''), coalesce(e.last_error_class, ''),
+       e.headers::text, e.deliver_after, e.dispatched_at, e.published_at, e.created_at, coalesce(e.trace_parent, ''),
+       e.payload::text, coalesce(a.delivered_version, 0), coalesce(a.last_version, 0)
+FROM outbox_events e
+LEFT JOIN outbox_aggregates a ON a.aggregate_type = e.aggregate_type AND a.aggregate_id = e.aggregate_id`
+
+const (
+	sqlDetailByID      = sqlDetail + ` WHERE e.id = $1`
+	sqlDetailByVersion = sqlDetail + ` WHERE e.aggregate_type = $1 AND e.aggregate_id = $2 AND e.aggregate_version = $3`
+)
+
+// DetailByID reads the row of event id in full: ErrEventNotFound when no
+// row has the id or the id is not a UUID.
+func DetailByID(ctx context.Context, db Queryer, id string) (Detail, error) {
+	d, err := scanDetail(db.QueryRow(ctx, sqlDetailByID, id))
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "22P02":
+		return d, fmt.Errorf("%w: %s", ErrEventNotFound, id)
+	case err != nil:
+		return d, fmt.Errorf("load event %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// DetailByVersion reads the row of one version of an aggregate in full:
+// ErrEventNotFound when there is none.
+func DetailByVersion(ctx context.Context, db Queryer, aggregateType, aggregateID string, version int64) (Detail, error) {
+	d, err := scanDetail(db.QueryRow(ctx, sqlDetailByVersion, aggregateType, aggregateID, version))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return d, fmt.Errorf("%w: %s/%s v%d", ErrEventNotFound, aggregateType, aggregateID, version)
+	case err != nil:
+		return d, fmt.Errorf("load event %s/%s v%d: %w", aggregateType, aggregateID, version, err)
+	}
+	return d, nil
+}
+
+func scanDetail(r pgx.Row) (Detail, error) {
+	var d Detail
+	err := r.Scan(&d.ID, &d.AggregateType, &d.AggregateID, &d.EventType, &d.Version, &d.SchemaVersion, &d.Status,
+		&d.Attempts, &d.NextAttemptAt, &d.ClaimedBy, &d.LastError, &d.LastErrorClass,
+		headersScanner{&d.Headers}, &d.DeliverAfter, &d.DispatchedAt, &d.PublishedAt, &d.CreatedAt, &d.TraceParent,
+		&d.Payload, &d.Delivered, &d.LastVersion)
+	return d, err
 }

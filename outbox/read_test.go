@@ -70,8 +70,9 @@ func TestReadsByIDAndStatus(t *testing.T) {
 	db := testenv.Postgres(t)
 	ctx := context.Background()
 	var ids []string
-	rows, err := db.Pool.Query(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, last_error)
-		SELECT 'order', 'a', 'e' || g, jsonb_build_object('n', g), (ARRAY['published', 'published', 'quarantined'])[g], CASE WHEN g = 3 THEN 'quarantined (X): no' END
+	rows, err := db.Pool.Query(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, last_error, last_error_class)
+		SELECT 'order', 'a', 'e' || g, jsonb_build_object('n', g), (ARRAY['published', 'published', 'quarantined'])[g],
+		       CASE WHEN g = 3 THEN 'quarantined (X): no' END, CASE WHEN g = 3 THEN 'X' END
 		FROM generate_series(1, 3) g RETURNING id::text`)
 	require.NoError(t, err)
 	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -82,7 +83,7 @@ func TestReadsByIDAndStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, q, 1)
 	require.Equal(t, outbox.Row{ID: ids[2], AggregateType: "order", AggregateID: "a", Version: 3, EventType: "e3", Status: "quarantined",
-		LastError: "quarantined (X): no", CreatedAt: q[0].CreatedAt, Payload: q[0].Payload}, q[0])
+		LastError: "quarantined (X): no", LastErrorClass: "X", CreatedAt: q[0].CreatedAt, Payload: q[0].Payload}, q[0])
 	require.JSONEq(t, `{"n": 3}`, *q[0].Payload)
 
 	byID, err := outbox.RowsByID(ctx, db.Pool, []string{ids[0], ids[2], "00000000-0000-0000-0000-000000000000"})

@@ -2,6 +2,11 @@ package outbox
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The statements of repairs and replays: the audited changes an operator
@@ -68,7 +73,7 @@ func LockWithCursor(ctx context.Context, tx Queryer, id string) (RepairTarget, e
 // (sqlAdvanceCursor), so a later run of the workflow resumes after it.
 const sqlSkip = `
 WITH ev AS (
-    UPDATE outbox_events SET status = 'skipped', last_error = NULL
+    UPDATE outbox_events SET status = 'skipped', last_error = NULL, last_error_class = NULL
     WHERE id = $1` + sqlAdvanceCursor
 
 // Skip marks the event skipped and moves its aggregate's cursor past it.
@@ -79,7 +84,7 @@ func Skip(ctx context.Context, tx Execer, id string) error {
 
 // sqlRetry hands a quarantined row back to the workflow that holds it
 // (dispatched: the workflow, not the poller, publishes it again).
-const sqlRetry = `UPDATE outbox_events SET status = 'dispatched', last_error = NULL WHERE id = $1 AND status = 'quarantined'`
+const sqlRetry = `UPDATE outbox_events SET status = 'dispatched', last_error = NULL, last_error_class = NULL WHERE id = $1 AND status = 'quarantined'`
 
 // Retry sets a quarantined row dispatched again, for the workflow that
 // holds it.
@@ -91,7 +96,7 @@ func Retry(ctx context.Context, tx Execer, id string) error {
 // sqlPatch replaces a held row's payload and schema version; the workflow
 // that holds it publishes it next.
 const sqlPatch = `
-UPDATE outbox_events SET payload = $2::jsonb, schema_version = $3, status = 'dispatched', last_error = NULL
+UPDATE outbox_events SET payload = $2::jsonb, schema_version = $3, status = 'dispatched', last_error = NULL, last_error_class = NULL
 WHERE id = $1`
 
 // Patch replaces the row's payload (JSON text) and schema version and sets
@@ -105,7 +110,7 @@ func Patch(ctx context.Context, tx Execer, id, payload string, schemaVersion int
 // attempts (retry, and patch with the new payload).
 const sqlRequeue = `
 UPDATE outbox_events
-SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL, payload = $2::jsonb, schema_version = $3
+SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL, last_error_class = NULL, payload = $2::jsonb, schema_version = $3
 WHERE id = $1 AND status = 'quarantined'`
 
 // Requeue sets a quarantined row pending with fresh attempts, payload
@@ -181,4 +186,40 @@ func InsertRepair(ctx context.Context, tx Queryer, a Audit) (int64, error) {
 func InsertReplay(ctx context.Context, tx Execer, a Audit) (inserted bool, err error) {
 	tag, err := tx.Exec(ctx, sqlInsertReplay, a.args()...)
 	return tag.RowsAffected() > 0, err
+}
+
+// AuditEntry is an audit row read back: the Audit with its id and time.
+type AuditEntry struct {
+	ID int64
+	At time.Time
+	Audit
+}
+
+// sqlAuditOf reads an event's audit rows, newest first, through
+// ferry_repairs_event_idx (0002).
+const sqlAuditOf = `
+SELECT id, at, request_id, actor, action, event_id::text, aggregate_type, aggregate_id, aggregate_version, reason,
+       payload_sha256_before, payload_sha256_after, schema_version_before, schema_version_after
+FROM ferry_repairs WHERE event_id = $1
+ORDER BY id DESC
+LIMIT $2`
+
+// AuditOf reads the audit rows of event id (a UUID), at most the latest
+// limit of them, oldest first.
+func AuditOf(ctx context.Context, db Queryer, id string, limit int) ([]AuditEntry, error) {
+	rows, err := db.Query(ctx, sqlAuditOf, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit of event %s: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
+		err := r.Scan(&e.ID, &e.At, &e.RequestID, &e.Actor, &e.Action, &e.EventID, &e.AggregateType, &e.AggregateID, &e.Version,
+			&e.Reason, &e.PayloadSHA256Before, &e.PayloadSHA256After, &e.SchemaVersionBefore, &e.SchemaVersionAfter)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the audit of event %s: %w", id, err)
+	}
+	slices.Reverse(out)
+	return out, nil
 }

@@ -66,22 +66,23 @@ const claimExtension = 4
 // handed back before the signal returned (workflows.HeldPrefix) stays
 // pending, or nothing would claim it again.
 const sqlMarkDispatched = `
-UPDATE outbox_events SET status = 'dispatched', dispatched_at = now(), last_error = NULL
+UPDATE outbox_events SET status = 'dispatched', dispatched_at = now(), last_error = NULL, last_error_class = NULL
 WHERE id = ANY($1::uuid[]) AND status = 'pending' AND coalesce(last_error, '') NOT LIKE '` + workflows.HeldPrefix + `%'`
 
 // sqlRelease gives rows whose signal failed back, after an exponential
-// backoff by attempts (1s, 2s, 4s… capped).
+// backoff by attempts (1s, 2s, 4s… capped), with the failure and its class
+// ($4: ErrClassTemporalRefused, or empty for an outage, which has none).
 const sqlRelease = `
 UPDATE outbox_events
 SET next_attempt_at = now() + LEAST(make_interval(secs => power(2, LEAST(attempts - 1, 20))), $2::interval),
-    last_error = $3
+    last_error = $3, last_error_class = nullif($4, '')
 WHERE id = ANY($1::uuid[]) AND status = 'pending'`
 
 // sqlQuarantineRefused takes rows out of the claim for good: Temporal
 // refused their start or signal as invalid MaxRefusedAttempts times. No
 // workflow holds them; `ferry repair` skips or re-queues them.
 const sqlQuarantineRefused = `
-UPDATE outbox_events SET status = 'quarantined', last_error = $2
+UPDATE outbox_events SET status = 'quarantined', last_error = $2, last_error_class = '` + ErrClassTemporalRefused + `'
 WHERE id = ANY($1::uuid[]) AND status = 'pending'
 RETURNING event_type`
 

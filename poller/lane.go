@@ -627,14 +627,14 @@ func (p *Poller) settleDispatch(ctx context.Context, groups []*aggregateGroup, o
 		}
 	}
 	for _, f := range failed {
-		release := f.ids
+		release, class := f.ids, ""
 		if refused(f.err) {
-			release = p.quarantineRefused(ctx, f)
+			release, class = p.quarantineRefused(ctx, f), ErrClassTemporalRefused
 		}
 		if len(release) == 0 {
 			continue
 		}
-		if _, err := p.cfg.Pool.Exec(ctx, sqlRelease, release, p.cfg.MaxBackoff, pgtext.Truncate(f.err.Error(), 1000)); err != nil {
+		if _, err := p.cfg.Pool.Exec(ctx, sqlRelease, release, p.cfg.MaxBackoff, pgtext.Truncate(f.err.Error(), 1000), class); err != nil {
 			p.log.Warn("could not release rows; they return after the lease", "aggregate", f.workflowID, "error", err)
 		}
 	}

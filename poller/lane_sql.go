@@ -165,14 +165,14 @@ WITH k AS (
     SELECT * FROM released UNION ALL SELECT * FROM handed
 ), ev AS (
     UPDATE outbox_events e
-    SET status = 'published', published_at = now(), last_error = NULL, owner_epoch = m.epoch
+    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL, owner_epoch = m.epoch
     FROM mine m
     WHERE e.id = ANY($8::uuid[]) AND e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
       AND e.status = 'pending'
     RETURNING 1
 ), back AS (
     UPDATE outbox_events e
-    SET next_attempt_at = now() + $9::interval, last_error = $10
+    SET next_attempt_at = now() + $9::interval, last_error = $10, last_error_class = '` + ClassBroker + `'
     FROM mine m
     WHERE e.id = ANY($11::uuid[]) AND e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
       AND e.status = 'pending'
@@ -247,7 +247,7 @@ var (
 // workflow that owns their aggregate: only while it owns it under the
 // epoch they were handed under ($2, per row).
 const sqlMarkDispatchedOwned = `
-UPDATE outbox_events e SET status = 'dispatched', dispatched_at = now(), last_error = NULL
+UPDATE outbox_events e SET status = 'dispatched', dispatched_at = now(), last_error = NULL, last_error_class = NULL
 FROM unnest($1::uuid[], $2::bigint[]) AS k(id, epoch)
 JOIN outbox_owners o ON o.owner = 'workflow' AND o.epoch = k.epoch
 WHERE e.id = k.id AND o.aggregate_type = e.aggregate_type AND o.aggregate_id = e.aggregate_id

@@ -53,6 +53,14 @@ func statusOf(t *testing.T, db *testenv.DB, id string) (status, lastError string
 	return status, lastError
 }
 
+// classOf reads the row's last_error_class; "" when NULL.
+func classOf(t *testing.T, db *testenv.DB, id string) string {
+	t.Helper()
+	var class string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT coalesce(last_error_class, '') FROM outbox_events WHERE id = $1`, id).Scan(&class))
+	return class
+}
+
 // makeClaimable ends every pending row's backoff.
 func makeClaimable(t *testing.T, db *testenv.DB) {
 	t.Helper()
@@ -87,6 +95,7 @@ func TestRefusedStartQuarantinesAfterBoundedAttempts(t *testing.T) {
 		for _, id := range ids {
 			st, _ := statusOf(t, db, id)
 			require.Equal(t, want, st, "attempt %d", attempt)
+			require.Equal(t, ErrClassTemporalRefused, classOf(t, db, id), "the class beside the error, attempt %d", attempt)
 		}
 	}
 	_, lastErr := statusOf(t, db, ids[0])
@@ -105,8 +114,10 @@ func TestRefusedStartQuarantinesAfterBoundedAttempts(t *testing.T) {
 		_, err := down.RunOnce(ctx)
 		require.ErrorContains(t, err, "connection refused")
 	}
-	st, _ := statusOf(t, db, outage)
+	st, lastErr := statusOf(t, db, outage)
 	require.Equal(t, "pending", st, "an outage quarantined a row")
+	require.Contains(t, lastErr, "connection refused")
+	require.Empty(t, classOf(t, db, outage), "an outage has no class")
 }
 
 // A row the (blocked) workflow handed back while its start was in flight

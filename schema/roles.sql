@@ -72,7 +72,7 @@ GRANT SELECT ON :"schema".outbox_events, :"schema".outbox_aggregates TO :"relay"
 -- schema_version: audited in ferry_repairs). Never an event's identity,
 -- aggregate, version or type.
 GRANT UPDATE (status, attempts, next_attempt_at, claimed_by, dispatched_at, published_at, last_error,
-              payload, schema_version, owner_epoch)
+              last_error_class, payload, schema_version, owner_epoch)
     ON :"schema".outbox_events TO :"relay";
 GRANT UPDATE (delivered_version, updated_at) ON :"schema".outbox_aggregates TO :"relay";
 -- The publish-first lane: who owns an aggregate (taken, handed over,

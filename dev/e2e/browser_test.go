@@ -21,6 +21,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"golang.org/x/net/websocket"
 
+	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -54,7 +55,8 @@ func headless(t *testing.T, bin, pageURL string, args ...string) string {
 }
 
 // The Temporal UI served by the embedded server finds a blocked aggregate
-// by Ferry's search attribute: the dead-letter view an operator opens.
+// by Ferry's search attributes: the dead-letter view an operator opens,
+// filtered by the error class and the event.
 func TestUIFindsBlockedWorkflow(t *testing.T) {
 	t.Parallel()
 	bin := chromium(t)
@@ -66,10 +68,13 @@ func TestUIFindsBlockedWorkflow(t *testing.T) {
 		return len(blockedIDs(t, fmt.Sprintf(" AND WorkflowId = '%s'", wf))) == 1
 	})
 
+	require.Empty(t, blockedIDs(t, fmt.Sprintf(" AND FerryErrorClass = '%s' AND WorkflowId = '%s'", activities.ErrTypeTooLarge, wf)),
+		"another class does not match: the filter below can fail")
+
 	page := fmt.Sprintf("%s/namespaces/%s/workflows?query=%s", uiURL, namespace,
-		url.QueryEscape(fmt.Sprintf("FerryBlocked = true AND FerryBlockedEventId = '%s'", id)))
+		url.QueryEscape(fmt.Sprintf("FerryBlocked = true AND FerryErrorClass = '%s' AND FerryBlockedEventId = '%s'", activities.ErrTypeUnroutable, id)))
 	dom := headless(t, bin, page, "--dump-dom")
-	require.Contains(t, dom, wf, "the UI's list filtered by FerryBlocked shows the blocked workflow")
+	require.Contains(t, dom, wf, "the UI's list filtered by FerryBlocked and FerryErrorClass shows the blocked workflow")
 
 	shot := filepath.Join(t.ArtifactDir(), "blocked-workflows.png")
 	headless(t, bin, page, "--screenshot="+shot)

@@ -118,6 +118,8 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		{[]string{"status"}, 0},
 		{[]string{"status", "--json"}, 0},
 		{[]string{"blocked"}, 0},
+		{[]string{"event", delivered}, 0},
+		{[]string{"event", delivered, "--json"}, 0},
 		{[]string{"replay", "--event", delivered, "--reason", "secrets test", "--actor", "test"}, 0},
 		{[]string{"repair", delivered, "--action", "retry", "--reason", "secrets test", "--actor", "test"}, 1},
 	} {

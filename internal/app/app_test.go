@@ -104,6 +104,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		Postgres:     ferry.PostgresConfig{URL: "postgres://a@b/c"},
 		Temporal:     ferry.TemporalConfig{Address: "e:1", Namespace: "ns"},
 		OTelExporter: "otlp-grpc", OTelEndpoint: "https://collector:4317", OTelServiceName: "relay",
+		TemporalUIURL: "https://ui.example.com/temporal/",
 	}
 	got, err := set.WithDefaults()
 	require.NoError(t, err)
@@ -115,6 +116,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	require.Equal(t, set.Postgres.URL, got.Postgres.URL)
 	require.Equal(t, set.Config.BatchSize, got.BatchSize)
 	require.Equal(t, set.OTelEndpoint, got.OTelEndpoint)
+	require.Equal(t, "https://ui.example.com/temporal", got.TemporalUIURL, "without the trailing slash")
 }
 
 // Library errors name the Go field (the CLI maps it to the flag); the
@@ -133,6 +135,8 @@ func TestConfigWithDefaultsRejects(t *testing.T) {
 		{"endpoint not a URL", app.Config{OTelExporter: "otlp-http", OTelEndpoint: "collector:4318"}, []string{`endpoint "collector:4318"`}},
 		{"keys and a key file", app.Config{Temporal: ferry.TemporalConfig{CodecKeys: []string{key32}}, CodecKeyFile: "k"}, []string{"not both"}},
 		{"bad sensitive field", app.Config{SensitiveFields: []string{"order:email"}}, []string{"--sensitive-field (FERRY_SENSITIVE_FIELDS)"}},
+		{"UI address without a scheme", app.Config{TemporalUIURL: "127.0.0.1:8233"}, []string{"--temporal-ui-url (FERRY_TEMPORAL_UI_URL)", "http://127.0.0.1:8233"}},
+		{"UI URL with a query", app.Config{TemporalUIURL: "http://ui/?x=1"}, []string{"--temporal-ui-url", "without user, query or fragment"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

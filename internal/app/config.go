@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -35,6 +36,10 @@ type Config struct {
 	// MetricsAddress serves the process's Prometheus /metrics when set
 	// (host:port). Default: off.
 	MetricsAddress string
+	// TemporalUIURL is the base URL of the Temporal Web UI
+	// ("http://127.0.0.1:8233"), which `ferry event` links to. Default:
+	// none (it prints the temporal CLI command instead).
+	TemporalUIURL string
 	// OTelExporter sends Ferry's spans to an OpenTelemetry collector:
 	// "otlp-grpc", "otlp-http", or "otlp" (the protocol named by
 	// OTEL_EXPORTER_OTLP_PROTOCOL). Default "none".
@@ -74,6 +79,9 @@ func (c Config) WithDefaults() (Config, error) {
 	// The relay's ConnectTimeout is the process's for every dependency.
 	c.Postgres.ConnectTimeout = c.ConnectTimeout
 	c.Temporal.ConnectTimeout = c.ConnectTimeout
+	if c.TemporalUIURL, err = uiURL(c.TemporalUIURL); err != nil {
+		return c, err
+	}
 	c.OTelExporter = cmp.Or(c.OTelExporter, settings.DefaultOTelExporter)
 	if _, err := c.Telemetry().WithDefaults(); err != nil {
 		return c, err
@@ -85,6 +93,22 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// uiURL checks the Temporal UI's base URL and drops a trailing slash; ""
+// stays "".
+func uiURL(raw string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return "", fmt.Errorf("--temporal-ui-url (FERRY_TEMPORAL_UI_URL) %q: want the UI's base URL, http:// or https:// and a host, e.g. http://127.0.0.1:8233", raw)
+	case u.User != nil, u.RawQuery != "", u.Fragment != "":
+		return "", fmt.Errorf("--temporal-ui-url (FERRY_TEMPORAL_UI_URL) %q: want the UI's base URL, without user, query or fragment", raw)
+	}
+	return strings.TrimRight(raw, "/"), nil
 }
 
 // Telemetry is the trace exporter's settings.
@@ -173,6 +197,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("codec_key_file", c.CodecKeyFile),
 		slog.Any("sensitive_fields", c.SensitiveFields),
 		slog.String("metrics_address", c.MetricsAddress),
+		slog.String("temporal_ui_url", c.TemporalUIURL),
 		slog.String("otel_exporter", c.OTelExporter),
 	)
 }

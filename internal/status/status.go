@@ -87,7 +87,7 @@ type Unheld struct {
 	AggregateID   string `json:"aggregate_id"`
 	Version       int64  `json:"version"`
 	EventType     string `json:"event_type"`
-	// ErrorClass is read from last_error ("quarantined (CLASS): …").
+	// ErrorClass is the row's last_error_class (migration 0011).
 	ErrorClass string `json:"error_class"`
 	// LastError is not in the JSON: it may quote the payload (`ferry
 	// blocked` prints it through the redactor).
@@ -240,7 +240,7 @@ func UnheldRows(ctx context.Context, pool *pgxpool.Pool, held map[string]bool, l
 			return out, true, nil
 		}
 		out = append(out, Unheld{EventID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, Version: r.Version,
-			EventType: r.EventType, ErrorClass: errorClass(r.LastError), LastError: r.LastError, CreatedAt: r.CreatedAt, Payload: r.Payload})
+			EventType: r.EventType, ErrorClass: errorClass(r.LastErrorClass, r.LastError), LastError: r.LastError, CreatedAt: r.CreatedAt, Payload: r.Payload})
 	}
 	return out, false, nil
 }
@@ -265,18 +265,22 @@ func backlogByStatus(rows []outbox.Backlog) []StatusCount {
 	return out
 }
 
-// errorClass reads CLASS from "quarantined (CLASS): …", the form every
-// quarantine writes.
-func errorClass(lastError string) string {
+// errorClass is a quarantined row's class: its last_error_class, else
+// (a row quarantined by SQL that does not know the column) CLASS read from
+// "quarantined (CLASS): …", the form every quarantine writes.
+func errorClass(class, lastError string) string {
+	if class != "" {
+		return class
+	}
 	rest, ok := strings.CutPrefix(lastError, "quarantined (")
 	if !ok {
 		return workflows.ErrClassUnknown
 	}
-	class, _, ok := strings.Cut(rest, ")")
-	if !ok || class == "" {
+	parsed, _, ok := strings.Cut(rest, ")")
+	if !ok || parsed == "" {
 		return workflows.ErrClassUnknown
 	}
-	return class
+	return parsed
 }
 
 // effectsWaiting lists running effect workflows that are reconciling

@@ -32,7 +32,7 @@ import (
 // operatorCmds are the commands of an operator: see what is stuck, repair
 // it, replay what a consumer lost, register what Temporal needs.
 func operatorCmds(g *globals) []*cobra.Command {
-	return []*cobra.Command{setupTemporalCmd(g), statusCmd(g), blockedCmd(g), repairCmd(g), replayCmd(g)}
+	return []*cobra.Command{setupTemporalCmd(g), statusCmd(g), blockedCmd(g), eventCmd(g), repairCmd(g), replayCmd(g)}
 }
 
 func setupTemporalCmd(g *globals) *cobra.Command {
