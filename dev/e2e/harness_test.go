@@ -26,6 +26,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	fdelivery "github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/internal/testenv"
@@ -99,6 +100,10 @@ type ferryOpts struct {
 	noBroker     bool
 	// dataConverter encodes destinations' envelopes (a codec's).
 	dataConverter converter.DataConverter
+	// lane of the pollers (poller.Config.Lane); default the workflow lane.
+	// The publish-first lane's pollers publish with a publisher of their
+	// own each, as `ferry poller --lane publish-first` does.
+	lane string
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -162,6 +167,19 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 		if o.noPoller {
 			break
 		}
+		var target fdelivery.Target
+		var needs func(string, string) bool
+		if o.lane == poller.LanePublishFirst {
+			lp, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = lp.Close() })
+			target, err = fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: lp, TracerProvider: o.tracer})
+			require.NoError(t, err)
+			needs = func(aggType, eventType string) bool {
+				routes, _ := router.For(aggType, eventType)
+				return len(routes) > 0
+			}
+		}
 		p, err := poller.New(poller.Config{
 			Pool:           o.pool,
 			Temporal:       o.temporal,
@@ -171,6 +189,9 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			Lease:          o.lease,
 			SignalWindow:   o.idleTimeout,
 			StartMode:      o.startMode,
+			Lane:           o.lane,
+			Target:         target,
+			NeedsWorkflow:  needs,
 			Metrics:        o.metrics.Relay(),
 			Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 			TracerProvider: o.tracer,
