@@ -154,18 +154,14 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 	return res, nil
 }
 
-// takeBackQuiet: an aggregate is taken back only when no relay handed its
-// workflow anything for this long, far longer than a dispatch can take
-// (it ends within the poller's lease): a start in flight may be about to
-// open a new run.
-const takeBackQuiet = 2 * time.Minute
-
 // takeBack gives aggregates back to the publish-first lane whose owning
 // workflow has no open run (terminated, timed out, failed, reset away)
 // and so will never release them: the owner row goes, the rows dispatched
 // to the workflow are pending again, and the lane publishes them.
-// Aggregates owned for less than age are not looked at; an open run
-// keeps its aggregate, however long.
+// Aggregates owned for less than age, or handed rows within age (a
+// dispatch ends within the poller's lease, far less: a start in flight
+// may be about to open a new run), are not taken back; an open run keeps
+// its aggregate, however long.
 func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *workflows.ReconcileResult) error {
 	owned, err := outbox.WorkflowOwnedSince(ctx, a.pool, age, 1000)
 	if err != nil {
@@ -188,7 +184,7 @@ func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *work
 		default:
 			status = d.GetWorkflowExecutionInfo().GetStatus().String()
 		}
-		took, rows, err := outbox.TakeBack(ctx, a.pool, o.Type, o.ID, o.Epoch, takeBackQuiet, fmt.Sprintf(
+		took, rows, err := outbox.TakeBack(ctx, a.pool, o.Type, o.ID, o.Epoch, age, fmt.Sprintf(
 			"re-queued by the reconciler: workflow %s owned the aggregate (epoch %d) but was %s, so it gave the aggregate back to the publish-first lane",
 			wfID, o.Epoch, status))
 		if err != nil {

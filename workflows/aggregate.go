@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"time"
 
@@ -174,6 +175,13 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	}
 }
 
+// lostOwnership says an activity found the run's aggregate owned under
+// another epoch (Revision3): nothing to quarantine, the run ends.
+func lostOwnership(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrClassLostOwnership
+}
+
 func newAggregateState(in AggregateInput) *aggregateState {
 	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs, held: in.Held,
 		epoch: in.Epoch, regularNext: in.Handoff && !in.Resumed}
@@ -241,7 +249,9 @@ func (s *aggregateState) publishReady(ctx workflow.Context, signals workflow.Rec
 		}
 		s.regularNext = false
 		if err := s.publish(ctx, ev); err != nil {
-			if temporal.IsCanceledError(err) {
+			if temporal.IsCanceledError(err) || lostOwnership(err) {
+				// Lost: another owner publishes the aggregate; this run
+				// marks nothing more and fails, visibly.
 				return err
 			}
 			if err := s.quarantine(ctx, ev, err); err != nil {

@@ -3,13 +3,19 @@ package e2e
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/ferry-outbox/ferry/broker"
+	fdelivery "github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -152,4 +158,264 @@ func TestLaneHandsAFailingAggregateToItsWorkflowAndBack(t *testing.T) {
 	require.Equal(t, runID, again, "no new run for A: the lane published v4")
 	l.requireInOrder(t)
 	_ = v1
+}
+
+// Each failure of an aggregate's own publish hands it to its workflow,
+// with the broker's answer as the cause, and the run goes on as the
+// workflow lane would: a retryable failure (unroutable, nacked) is retried
+// visibly, a permanent one (too large, refused by the broker) is
+// quarantined at once and blocks only its aggregate. A healthy aggregate
+// is published directly before and after.
+func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		class string
+		// prepare sets the env up so that events of type "bad" fail
+		// with the class; it returns the ferry options.
+		prepare   func(t *testing.T, e *env) ferryOpts
+		permanent bool
+	}{
+		{class: "Unroutable", prepare: func(t *testing.T, e *env) ferryOpts {
+			e.br.Unbind(t, "#")
+			e.br.Bind(t, e.aggType+".changed")
+			return ferryOpts{}
+		}},
+		{class: "Nacked", prepare: func(t *testing.T, e *env) ferryOpts {
+			// A full queue that rejects new messages: the broker nacks.
+			e.br.Unbind(t, "#")
+			e.br.Bind(t, e.aggType+".changed")
+			full := testenv.Name("full")
+			ch := e.br.Channel(t)
+			_, err := ch.QueueDeclare(full, false, true, false, false, amqp.Table{"x-max-length": 0, "x-overflow": "reject-publish"})
+			require.NoError(t, err)
+			require.NoError(t, ch.QueueBind(full, e.aggType+".bad", e.br.Exchange, false, nil))
+			return ferryOpts{}
+		}},
+		{class: "PayloadTooLarge", permanent: true, prepare: func(t *testing.T, e *env) ferryOpts {
+			return ferryOpts{maxMessageBytes: 100}
+		}},
+		{class: "MessageRefused", permanent: true, prepare: func(t *testing.T, e *env) ferryOpts {
+			return ferryOpts{} // a node whose max_message_size is below the publisher's limit: see below
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.class, func(t *testing.T) {
+			t.Parallel()
+			var e *env
+			if tt.class == "MessageRefused" {
+				node := testenv.StartRabbitNode(t, "max_message_size = 1024")
+				e = setupOn(t, testenv.Postgres(t), testenv.RabbitMQAt(t, node.URL))
+			} else {
+				e = setup(t)
+			}
+			o := tt.prepare(t, e)
+			o.lane = poller.LanePublishFirst
+			o.policies = map[string]workflows.EventPolicy{"*": {MaxAttempts: 1000}}
+			ctx := context.Background()
+			l, _ := e.consume(t)
+			e.startFerry(t, o)
+			_, err := e.commitType(ctx, "ok", "changed", false)
+			require.NoError(t, err)
+			waitFor(t, 30*time.Second, "the healthy aggregate's first event", func() bool { return l.unique() == 1 })
+
+			bad := e.commitLarge(t, "X", "bad", tt.class == "PayloadTooLarge" || tt.class == "MessageRefused")
+			var owner outbox.Owner
+			waitFor(t, 30*time.Second, "X handed to its workflow", func() bool {
+				o, ok := e.laneOwner(t, "X")
+				owner = o
+				return ok && o.Owner == outbox.OwnerWorkflow
+			})
+			require.Equal(t, tt.class, owner.Cause)
+			if tt.permanent {
+				waitFor(t, 30*time.Second, "the event quarantined and its aggregate blocked", func() bool {
+					var status, class string
+					require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT status, coalesce(last_error_class, '') FROM outbox_events WHERE id = $1`, bad).Scan(&status, &class))
+					return status == "quarantined" && class == tt.class
+				})
+				waitBlocked(t, workflows.WorkflowID(e.aggType, "X"), bad)
+			} else {
+				waitFor(t, 30*time.Second, "the run's retrying publish activity", func() bool {
+					d, err := tclient.DescribeWorkflowExecution(ctx, workflows.WorkflowID(e.aggType, "X"), "")
+					if err != nil {
+						return false
+					}
+					for _, a := range d.GetPendingActivities() {
+						if a.GetActivityType().GetName() == workflows.PublishEventActivity && a.GetAttempt() >= 2 {
+							return true
+						}
+					}
+					return false
+				})
+			}
+			_, err = e.commitType(ctx, "ok", "changed", false)
+			require.NoError(t, err)
+			waitFor(t, time.Minute, "the healthy aggregate's second event, published directly", func() bool { return l.unique() == 2 })
+			st, _ := e.workflowStatus(t, "ok")
+			require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED, st, "the healthy aggregate never had a workflow")
+		})
+	}
+}
+
+// commitLarge commits an event whose payload is over 2 KiB when large.
+func (e *env) commitLarge(t *testing.T, aggID, eventType string, large bool) string {
+	t.Helper()
+	payload := []byte(`{}`)
+	if large {
+		payload = []byte(`{"blob":"` + strings.Repeat("x", 2048) + `"}`)
+	}
+	id := uuid.Must(uuid.NewV7())
+	ctx := context.Background()
+	tx, err := e.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: e.aggType, AggregateID: aggID, EventType: eventType, Payload: payload})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	return id.String()
+}
+
+// A run whose aggregate was handed on under a newer epoch while it
+// retried (here: the epoch moved by hand, as the reconciler or a new
+// handoff would) gets nothing marked: its publish is refused before it is
+// sent, and the run fails, saying why, instead of waiting for versions
+// someone else publishes. The reconciler then takes the aggregate back,
+// and the lane publishes the event.
+func TestLaneRunThatLostItsEpochFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.br.Unbind(t, "#")
+	e.br.Bind(t, e.aggType+".changed")
+	l, _ := e.consume(t)
+	e.startFerry(t, ferryOpts{lane: poller.LanePublishFirst, policies: map[string]workflows.EventPolicy{"*": {MaxAttempts: 1000}}})
+	ctx := context.Background()
+	poison, err := e.commitType(ctx, "A", "poison", false)
+	require.NoError(t, err)
+	var owner outbox.Owner
+	waitFor(t, 30*time.Second, "A handed to its workflow", func() bool {
+		o, ok := e.laneOwner(t, "A")
+		owner = o
+		return ok && o.Owner == outbox.OwnerWorkflow
+	})
+	_, err = e.db.Pool.Exec(ctx, `UPDATE outbox_owners SET epoch = nextval('ferry_owner_epoch') WHERE aggregate_type = $1 AND aggregate_id = 'A'`, e.aggType)
+	require.NoError(t, err)
+	e.br.Bind(t, e.aggType+".poison") // the run's next attempt would succeed
+	wf := workflows.WorkflowID(e.aggType, "A")
+	waitFor(t, time.Minute, "the run failed", func() bool {
+		st, _ := e.workflowStatus(t, "A")
+		return st == enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+	})
+	run := tclient.GetWorkflow(ctx, wf, "")
+	err = run.Get(ctx, nil)
+	require.ErrorContains(t, err, "not owned by this run under epoch")
+	require.Zero(t, e.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND status = 'published'`, poison), "nothing marked")
+	require.Zero(t, l.unique(), "nothing published by the run that lost the aggregate")
+
+	var res workflows.ReconcileResult
+	runWorkflow(t, e, "reconcile-"+e.taskQueue, workflows.ReconcileWorkflowName,
+		workflows.ReconcileInput{OlderThan: time.Millisecond, DriftSample: -1}, &res)
+	require.Equal(t, []string{wf}, res.TakenBack)
+	waitFor(t, 30*time.Second, "the event published by the lane", func() bool { return l.unique() == 1 })
+	var epoch int64
+	waitFor(t, 10*time.Second, "the row marked", func() bool {
+		return e.db.Pool.QueryRow(ctx, `SELECT owner_epoch FROM outbox_events WHERE id = $1 AND status = 'published'`, poison).Scan(&epoch) == nil
+	})
+	require.Greater(t, epoch, owner.Epoch)
+	_, owned := e.laneOwner(t, "A")
+	require.False(t, owned)
+}
+
+// A run terminated while its workflow owns the aggregate never releases
+// it: the drift check reports the workflow-owned aggregate with no run,
+// and the reconciler gives it back to the lane with the rows dispatched to
+// the run, which the lane then publishes directly, in order.
+func TestLaneReconcilerTakesBackFromATerminatedRun(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.br.Unbind(t, "#")
+	e.br.Bind(t, e.aggType+".changed")
+	l, _ := e.consume(t)
+	e.startFerry(t, ferryOpts{lane: poller.LanePublishFirst, policies: map[string]workflows.EventPolicy{"*": {MaxAttempts: 1000}}})
+	ctx := context.Background()
+	first, err := e.commitType(ctx, "A", "poison", false)
+	require.NoError(t, err)
+	second, err := e.commitType(ctx, "A", "changed", false)
+	require.NoError(t, err)
+	wf := workflows.WorkflowID(e.aggType, "A")
+	waitFor(t, 30*time.Second, "both rows dispatched to A's workflow", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox_events WHERE aggregate_id = 'A' AND status = 'dispatched'`) == 2
+	})
+	require.NoError(t, tclient.TerminateWorkflow(ctx, wf, "", "lane test: a run that never releases"))
+	e.br.Bind(t, e.aggType+".poison")
+
+	// Owned for less than OlderThan: not taken back yet, but drift.
+	var look workflows.ReconcileResult
+	runWorkflow(t, e, "drift-"+e.taskQueue, workflows.ReconcileWorkflowName,
+		workflows.ReconcileInput{OlderThan: time.Hour, DriftSample: 50, DriftGrace: time.Millisecond, DriftSettle: 100 * time.Millisecond}, &look)
+	require.Empty(t, look.TakenBack)
+	require.NotNil(t, look.Drift)
+	var kinds []string
+	for _, d := range look.Drift.Drifted {
+		if d.WorkflowID == wf {
+			kinds = append(kinds, d.Kind)
+		}
+	}
+	require.Contains(t, kinds, workflows.DriftOwnerWithoutRun, "the drift check names the owner without a run: %+v", look.Drift.Drifted)
+
+	var res workflows.ReconcileResult
+	runWorkflow(t, e, "reconcile-"+e.taskQueue, workflows.ReconcileWorkflowName,
+		workflows.ReconcileInput{OlderThan: time.Millisecond, DriftSample: -1}, &res)
+	require.Equal(t, []string{wf}, res.TakenBack)
+	waitFor(t, 30*time.Second, "both events delivered", func() bool { return l.unique() == 2 })
+	l.requireInOrder(t)
+	for _, id := range []string{first, second} {
+		waitFor(t, 10*time.Second, "marked by the lane", func() bool {
+			return e.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND status = 'published' AND owner_epoch > 0`, id) == 1
+		})
+	}
+	_, owned := e.laneOwner(t, "A")
+	require.False(t, owned)
+}
+
+// A poller of the workflow lane and one of the publish-first lane on one
+// outbox would both publish an aggregate: the second to start is refused,
+// naming the first, through the binary as in a library.
+func TestLaneRefusesAMixedFleet(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	first := e.startProcess(t, "poller") // the workflow lane
+	waitFor(t, 30*time.Second, "the first poller registered", func() bool {
+		return e.count(t, `SELECT count(*) FROM ferry_relays WHERE lane = 'workflow'`) == 1
+	})
+	second := e.startProcess(t, "poller", "FERRY_LANE=publish-first")
+	second.waitExit(t, time.Minute)
+	out := second.out.String()
+	require.Error(t, second.err)
+	require.Contains(t, out, "runs the workflow lane")
+	require.Contains(t, out, "every relay of one outbox must run the same lane")
+
+	// In a library: the same refusal, as an error value.
+	target, err := fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: mustPublisher(t, e)})
+	require.NoError(t, err)
+	p, err := poller.New(poller.Config{Pool: e.db.Pool, Temporal: tclient, TaskQueue: e.taskQueue, Name: "lane-in-process",
+		Lane: poller.LanePublishFirst, Target: target})
+	require.NoError(t, err)
+	err = p.Start(ctx)
+	var mixed *poller.MixedFleetError
+	require.ErrorAs(t, err, &mixed)
+	require.Equal(t, poller.LaneWorkflow, mixed.OtherLane)
+
+	// Once the workflow lane's poller stopped, the lane starts.
+	first.stop(t)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(p.Stop)
+	require.Equal(t, 1, e.count(t, `SELECT count(*) FROM ferry_relays WHERE lane = 'publish-first'`))
+}
+
+func mustPublisher(t *testing.T, e *env) *broker.Publisher {
+	t.Helper()
+	pub, err := broker.New(broker.Config{URL: e.br.URL, Exchange: e.br.Exchange})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
 }
