@@ -289,6 +289,18 @@ func (s *aggregateState) publishReady(ctx workflow.Context, signals workflow.Rec
 // result.)
 func (s *aggregateState) idle(ctx workflow.Context, signals workflow.ReceiveChannel) (bool, error) {
 	if s.epoch > 0 {
+		// An operator repaired this run: it idles first, as in the
+		// workflow lane, so that a repeated request is answered and its
+		// state stays queryable while the operator checks the result.
+		if len(s.repairs) > 0 {
+			if !s.waitIdle(ctx, signals) {
+				return false, nil
+			}
+			s.drain(signals)
+			if len(s.pending) > 0 {
+				return false, nil
+			}
+		}
 		return s.release(ctx, signals)
 	}
 	if !s.in.OneShot || len(s.repairs) > 0 {
