@@ -115,6 +115,14 @@ func TestLaneHandsAFailingAggregateToItsWorkflowAndBack(t *testing.T) {
 	})
 	t.Logf("the unroutable event's retrying activity was listed %s after its commit", listedAfter.Round(time.Millisecond))
 
+	// `ferry status` shows the lane and the aggregate its workflow owns.
+	code, out := ferry(t, []string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_TEMPORAL_ADDRESS=" + temporalAddr,
+		"FERRY_TEMPORAL_NAMESPACE=" + namespace, "FERRY_TASK_QUEUE=" + e.taskQueue}, "status")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "publish-first: 1 relay(s) registered")
+	require.Contains(t, out, "in their workflows: 1 aggregate(s)")
+	require.Contains(t, out, workflows.WorkflowID(e.aggType, "A")+"  Unroutable, epoch ")
+
 	v3, err := e.commitType(ctx, "A", "changed", false) // committed while A is the workflow's
 	require.NoError(t, err)
 	for range 10 {
