@@ -64,12 +64,6 @@ const (
 	CurrentRevision = Revision2
 )
 
-// WorkflowID is the aggregate workflow's ID: a pure function of the
-// aggregate, so every poller signals the same workflow for it.
-func WorkflowID(aggregateType, aggregateID string) string {
-	return "ferry/" + aggregateType + "/" + aggregateID
-}
-
 // EventRef points at a committed outbox row. Payloads never travel through
 // Temporal: they stay in PostgreSQL, keeping history small and personal data
 // out of it.
