@@ -235,6 +235,12 @@ type State struct {
 	// Effects counts the effect workflows this run started for published
 	// events.
 	Effects EffectCounts `json:"effects"`
+	// Unread counts the events signals the run has received and not taken
+	// yet (a blocked run without MaxBlockedRefs leaves them in its
+	// channel). Zero says that every event signalled to this run is in
+	// Pending, being published or delivered: the reconciler relies on it.
+	// Nil: a worker from before the field answered.
+	Unread *int `json:"unread,omitempty"`
 }
 
 // Names of the repair and replay contract. Wire contract: never rename.
