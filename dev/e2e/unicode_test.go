@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/outbox"
@@ -76,6 +78,7 @@ func TestUnicodeAggregateIDsAreDelivered(t *testing.T) {
 	}
 	require.Equal(t, "ferry/"+e.aggType+"~/m~C3~BCller", workflows.WorkflowID(e.aggType, "müller"))
 	require.Equal(t, "ferry/"+e.aggType+"/m~C3~BCller", workflows.WorkflowID(e.aggType, "m~C3~BCller"), "the ASCII id keeps its ID")
+	require.Len(t, workflows.WorkflowID(e.aggType, tickets), 626, "the longest id's workflow ID (docs/schema.md)")
 
 	r := waitRecorded(t, "rec-"+want["müller"][0], 1)
 	require.Equal(t, "müller", r.Got[0].AggregateID, "the envelope carries the id as written")
@@ -143,4 +146,27 @@ func TestUnicodeAggregateRepairAndTemporalCLI(t *testing.T) {
 	m = e.br.Collect(t, 1, time.Minute)[0]
 	require.Equal(t, held, m.MessageId)
 	require.Equal(t, "kunde-ü", m.Headers[broker.HeaderAggregateID])
+}
+
+// What a Temporal server on SQL persistence (here PostgreSQL) takes: its
+// tables hold a workflow ID in VARCHAR(255), so a longer ID, under
+// limit.maxIDLength as it is, gets no answer (PostgreSQL logs "value too
+// long for type character varying(255)" and the frontend's call runs out
+// of time). The ID of a long aggregate type and id, escaped or not, can
+// pass that: docs/schema.md says so.
+func TestSQLPersistenceTakesWorkflowIDsUpTo255Bytes(t *testing.T) {
+	t.Parallel()
+	pg := newTemporalPG(t, 1)
+	srv := startPGTemporal(t, pg)
+	signal := func(n int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		id := "ferry/t/" + strings.Repeat("x", n-len("ferry/t/"))
+		_, err := srv.client.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal, nil,
+			client.StartWorkflowOptions{TaskQueue: "nobody"}, workflows.AggregateWorkflowName)
+		return err
+	}
+	require.NoError(t, signal(255))
+	err := signal(256)
+	require.ErrorAs(t, err, new(*serviceerror.DeadlineExceeded), "no answer, and no InvalidArgument either: %v", err)
 }
