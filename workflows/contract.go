@@ -235,11 +235,13 @@ type State struct {
 	// Effects counts the effect workflows this run started for published
 	// events.
 	Effects EffectCounts `json:"effects"`
-	// Unread counts the events signals the run has received and not taken
-	// yet (a blocked run without MaxBlockedRefs leaves them in its
-	// channel). Zero says that every event signalled to this run is in
-	// Pending, being published or delivered: the reconciler relies on it.
-	// Nil: a worker from before the field answered.
+	// Unread counts the EventsSignal signals the run has received and not
+	// taken yet (a blocked run without MaxBlockedRefs leaves them in its
+	// channel). Zero says the run took every event signalled to it: each
+	// is in Pending, being published, delivered, quarantined or handed
+	// back (held), and a dispatched row it holds none of was signalled to
+	// a run that ended; the reconciler relies on that. Nil: a worker from
+	// before the field answered.
 	Unread *int `json:"unread,omitempty"`
 }
 
