@@ -199,8 +199,12 @@ func newAggregateState(in AggregateInput) *aggregateState {
 // registerHandlers sets the state query, the repair update and the
 // goroutine that takes repair signals.
 func (s *aggregateState) registerHandlers(ctx workflow.Context) error {
+	signals := workflow.GetSignalChannel(ctx, EventsSignal) // the main loop's channel
 	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (State, error) {
-		return s.snapshot(), nil
+		st := s.snapshot()
+		unread := signals.Len()
+		st.Unread = &unread
+		return st, nil
 	}); err != nil {
 		return err
 	}

@@ -203,6 +203,6 @@ func (l Lane) render(w io.Writer, now time.Time, bold, yellow, red, reset string
 		fmt.Fprintf(w, "    %s  %s, epoch %d, for %s: temporal workflow describe -w '%s'\n", o.WorkflowID, o.Cause, o.Epoch, age(now.Sub(o.Since)), o.WorkflowID)
 	}
 	if int64(len(l.Owned)) < l.WorkflowOwned {
-		fmt.Fprintf(w, "    (the %d held longest; SELECT * FROM outbox_owners WHERE owner = 'workflow' lists all)\n", len(l.Owned))
+		fmt.Fprintf(w, "    (the %d held longest of %d)\n", len(l.Owned), l.WorkflowOwned)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -134,12 +135,14 @@ type Unheld struct {
 	Payload *string `json:"-"`
 }
 
-// Aggregate is "TYPE/ID", the id quoted when it holds bytes outside
-// printable ASCII (the ones migration 0007 quarantines), so a terminal
-// shows them instead of acting on them.
+// Aggregate is "TYPE/ID", the id quoted when it holds something a
+// terminal would not show as it is (a control character, invalid UTF-8,
+// a format character such as U+202E: whatever strconv.IsPrint refuses),
+// so a terminal shows them instead of acting on them. Printable characters
+// outside ASCII ("müller", schema 0012) are shown as they are.
 func (u Unheld) Aggregate() string {
-	for _, b := range []byte(u.AggregateID) {
-		if b < 0x20 || b > 0x7e {
+	for _, r := range u.AggregateID {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
 			return u.AggregateType + "/" + strconv.Quote(u.AggregateID)
 		}
 	}

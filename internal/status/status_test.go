@@ -120,3 +120,21 @@ func TestSnapshotJSON(t *testing.T) {
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+// An aggregate is shown as it is when a terminal shows it as it is, and
+// quoted otherwise.
+func TestUnheldAggregate(t *testing.T) {
+	t.Parallel()
+	for id, want := range map[string]string{
+		"42":          "order/42",
+		"o'42 ~%/x":   "order/o'42 ~%/x",
+		"müller":      "order/müller",
+		"製品-7":        "order/製品-7",
+		"nul\x01ctl":  `order/"nul\x01ctl"`,
+		"o\u00851":    `order/"o\u00851"`,
+		"evil\u202e1": `order/"evil\u202e1"`,
+		"m\xc3ller":   `order/"m\xc3ller"`,
+	} {
+		require.Equal(t, want, status.Unheld{AggregateType: "order", AggregateID: id}.Aggregate(), "%q", id)
+	}
+}
