@@ -304,10 +304,25 @@ func TestLaneRunThatLostItsEpochFails(t *testing.T) {
 		owner = o
 		return ok && o.Owner == outbox.OwnerWorkflow
 	})
+	wf := workflows.WorkflowID(e.aggType, "A")
+	// Between two attempts (the next comes a second or more later), so
+	// that the next one checks the owner before it sends: a check and a
+	// send are not atomic, the fenced mark is what guards.
+	waitFor(t, 30*time.Second, "the run's first attempt failed", func() bool {
+		d, err := tclient.DescribeWorkflowExecution(ctx, wf, "")
+		if err != nil {
+			return false
+		}
+		for _, a := range d.GetPendingActivities() {
+			if a.GetActivityType().GetName() == workflows.PublishEventActivity && a.GetAttempt() >= 2 {
+				return true
+			}
+		}
+		return false
+	})
 	_, err = e.db.Pool.Exec(ctx, `UPDATE outbox_owners SET epoch = nextval('ferry_owner_epoch') WHERE aggregate_type = $1 AND aggregate_id = 'A'`, e.aggType)
 	require.NoError(t, err)
 	e.br.Bind(t, e.aggType+".poison") // the run's next attempt would succeed
-	wf := workflows.WorkflowID(e.aggType, "A")
 	waitFor(t, time.Minute, "the run failed", func() bool {
 		st, _ := e.workflowStatus(t, "A")
 		return st == enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
