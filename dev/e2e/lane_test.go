@@ -99,20 +99,8 @@ func TestLaneHandsAFailingAggregateToItsWorkflowAndBack(t *testing.T) {
 	require.Equal(t, "Unroutable", owner.Cause)
 	// The run retries the event on the regular path: a pending
 	// ferry.PublishEvent, its attempts counting.
-	var listedAfter time.Duration
-	waitFor(t, 30*time.Second, "the run's retrying publish activity", func() bool {
-		d, err := tclient.DescribeWorkflowExecution(ctx, workflows.WorkflowID(e.aggType, "A"), "")
-		if err != nil {
-			return false
-		}
-		for _, a := range d.GetPendingActivities() {
-			if a.GetActivityType().GetName() == workflows.PublishEventActivity && a.GetAttempt() >= 2 {
-				listedAfter = time.Since(committedAt)
-				return true
-			}
-		}
-		return false
-	})
+	waitRetrying(t, workflows.WorkflowID(e.aggType, "A"))
+	listedAfter := time.Since(committedAt)
 	t.Logf("the unroutable event's retrying activity was listed %s after its commit", listedAfter.Round(time.Millisecond))
 
 	// `ferry status` shows the lane and the aggregate its workflow owns.
@@ -242,18 +230,7 @@ func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
 				})
 				waitBlocked(t, workflows.WorkflowID(e.aggType, "X"), bad)
 			} else {
-				waitFor(t, 30*time.Second, "the run's retrying publish activity", func() bool {
-					d, err := tclient.DescribeWorkflowExecution(ctx, workflows.WorkflowID(e.aggType, "X"), "")
-					if err != nil {
-						return false
-					}
-					for _, a := range d.GetPendingActivities() {
-						if a.GetActivityType().GetName() == workflows.PublishEventActivity && a.GetAttempt() >= 2 {
-							return true
-						}
-					}
-					return false
-				})
+				waitRetrying(t, workflows.WorkflowID(e.aggType, "X"))
 			}
 			_, err = e.commitType(ctx, "ok", "changed", false)
 			require.NoError(t, err)
@@ -308,18 +285,7 @@ func TestLaneRunThatLostItsEpochFails(t *testing.T) {
 	// Between two attempts (the next comes a second or more later), so
 	// that the next one checks the owner before it sends: a check and a
 	// send are not atomic, the fenced mark is what guards.
-	waitFor(t, 30*time.Second, "the run's first attempt failed", func() bool {
-		d, err := tclient.DescribeWorkflowExecution(ctx, wf, "")
-		if err != nil {
-			return false
-		}
-		for _, a := range d.GetPendingActivities() {
-			if a.GetActivityType().GetName() == workflows.PublishEventActivity && a.GetAttempt() >= 2 {
-				return true
-			}
-		}
-		return false
-	})
+	waitRetrying(t, wf)
 	_, err = e.db.Pool.Exec(ctx, `UPDATE outbox_owners SET epoch = nextval('ferry_owner_epoch') WHERE aggregate_type = $1 AND aggregate_id = 'A'`, e.aggType)
 	require.NoError(t, err)
 	e.br.Bind(t, e.aggType+".poison") // the run's next attempt would succeed
@@ -494,9 +460,9 @@ func TestLaneSwitchBothWays(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, res.AuditID)
 	waitFor(t, time.Minute, "A's v2-v4 delivered", func() bool { return l.unique() == 8 })
-	var v4Epoch int64
-	require.NoError(t, e.db.Pool.QueryRow(ctx, `SELECT coalesce(owner_epoch, 0) FROM outbox_events WHERE aggregate_id = 'A' AND aggregate_version = 4`).Scan(&v4Epoch))
-	require.Positive(t, v4Epoch, "v4 went out through the lane")
+	waitFor(t, 10*time.Second, "v4 marked published by the lane (under an epoch)", func() bool {
+		return e.count(t, `SELECT count(*) FROM outbox_events WHERE aggregate_id = 'A' AND aggregate_version = 4 AND status = 'published' AND owner_epoch > 0`) == 1
+	})
 
 	// An aggregate handed to its workflow, still failing when the lane stops.
 	c1 := mustCommit("C", "flaky")
@@ -516,4 +482,23 @@ func TestLaneSwitchBothWays(t *testing.T) {
 	dups := l.duplicates
 	l.mu.Unlock()
 	t.Logf("switched lanes twice: 10 events delivered in order, %d duplicate copies; C's first event %s", dups, c1)
+}
+
+// waitRetrying waits until the workflow's publish activity is retrying
+// (ferry.PublishEvent pending at its second attempt or later): what the
+// Temporal UI shows for an event that keeps failing.
+func waitRetrying(t *testing.T, workflowID string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, workflowID+"'s retrying publish activity", func() bool {
+		d, err := tclient.DescribeWorkflowExecution(context.Background(), workflowID, "")
+		if err != nil {
+			return false
+		}
+		for _, a := range d.GetPendingActivities() {
+			if a.GetActivityType().GetName() == workflows.PublishEventActivity && a.GetAttempt() >= 2 {
+				return true
+			}
+		}
+		return false
+	})
 }
