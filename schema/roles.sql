@@ -76,6 +76,9 @@ GRANT UPDATE (status, attempts, next_attempt_at, claimed_by, dispatched_at, publ
 GRANT UPDATE (delivered_version, updated_at) ON :"schema".outbox_aggregates TO :"relay";
 -- The audit trail: append and read, never update or delete.
 GRANT SELECT, INSERT ON :"schema".ferry_repairs TO :"relay";
+-- The maintenance record: a retention run writes what it found and whether
+-- it finished; /metrics reads it (ferry_retention_* series).
+GRANT SELECT, UPDATE ON :"schema".ferry_maintenance TO :"relay";
 -- The e-mail effect's sent-ledger (the worker sends e-mails): rows are
 -- claimed and settled, never deleted.
 GRANT SELECT, INSERT, UPDATE ON :"schema".ferry_email_ledger TO :"relay";
