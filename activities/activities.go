@@ -126,3 +126,12 @@ const (
 	// Non-retryable: the broker refuses it again.
 	ErrTypeRefused = "MessageRefused"
 )
+
+// errTypeMarkPublished labels ferry_publish_failures_total when an event was
+// delivered but marking it published failed (it is delivered again).
+const errTypeMarkPublished = "MarkPublished"
+
+// publishErrorClasses are the error_class values the publish activities count
+// in ferry_publish_failures_total.
+var publishErrorClasses = []string{ErrTypeEventMissing, ErrTypeMismatch, ErrTypeUnroutable, ErrTypeBroker, ErrTypeTooLarge,
+	ErrTypeRefused, ErrTypeDestination, ErrTypeBadDestination, ErrTypeNoDestination, errTypeMarkPublished}

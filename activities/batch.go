@@ -131,7 +131,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 			ids[i] = it.id
 		}
 		if err := outbox.MarkBatchPublished(ctx, a.pool, ids, in.AggregateType, in.AggregateID); err != nil {
-			a.metrics.PublishFailed("MarkPublished")
+			a.metrics.PublishFailed(errTypeMarkPublished)
 			return workflows.PublishBatchResult{}, fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
 		}
 		for _, it := range marked {

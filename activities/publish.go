@@ -105,6 +105,7 @@ func NewPublish(cfg PublishConfig) (*Publish, error) {
 	if cfg.Effects == nil {
 		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
 	}
+	cfg.Metrics.KnownErrorClasses(publishErrorClasses...)
 	p := &Publish{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), targets: t, pool: cfg.Pool,
 		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}
 	p.targets.tracer = p.tracer
@@ -179,7 +180,7 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	}
 	failpoint.Inject("worker.after-confirm")
 	if err := outbox.MarkPublished(ctx, a.pool, in.EventID); err != nil {
-		a.metrics.PublishFailed("MarkPublished")
+		a.metrics.PublishFailed(errTypeMarkPublished)
 		return workflows.PublishResult{}, fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}
 	a.metrics.Published(ev.AggregateType, ev.DueAt)
