@@ -685,6 +685,9 @@ type dashboardPanel struct {
 var notDriven = map[string]string{
 	`sum by (workflow_type, failure_reason) (rate(temporal_workflow_task_execution_failed{namespace=~"$namespace"}[5m]))`: "a workflow task fails only on a bug (a panic, non-determinism) in workflow code",
 	`sum by (operation) (rate(temporal_request_resource_exhausted{namespace=~"$namespace"}[5m]))`:                         "only a rate-limited Temporal server answers RESOURCE_EXHAUSTED",
+	// Seen in some runs, not in others:
+	`sum by (task_queue) (rate(temporal_activity_poll_no_task{namespace=~"$namespace"}[5m]))`: "an activity poll comes back empty after the server's long-poll timeout (a minute) without an activity task; the scenarios are about that long and publish through local activities",
+	`sum (rate(temporal_sticky_cache_miss{namespace=~"$namespace"}[5m]))`:                     "a miss needs a workflow evicted from a full sticky cache (10,000 by default) while its run goes on",
 }
 
 // checkDashboard evaluates every query of the dashboard on every scenario's
