@@ -12,6 +12,15 @@ WORKFLOWCHECK_VERSION := v0.6.0
 TEMPORAL_CLI_VERSION  := v1.5.1
 TEMPORAL_CLI          := $(TOOLS)/temporal-$(TEMPORAL_CLI_VERSION)/temporal
 
+# Prometheus 2.42 and promtool from Debian's package prometheus, for the alert
+# rule tests (promtool test rules) and the e2e test that runs the rules in a
+# real Prometheus. On the PATH if installed; otherwise `make prometheus`
+# unpacks the package under bin/tools (apt-get download: installing it would
+# also start a Prometheus service on :9090).
+PROMETHEUS_DEB := $(TOOLS)/prometheus-deb
+PROMTOOL       := $(or $(shell command -v promtool 2>/dev/null),$(abspath $(PROMETHEUS_DEB))/usr/bin/promtool)
+PROMETHEUS     := $(or $(shell command -v prometheus 2>/dev/null),$(abspath $(PROMETHEUS_DEB))/usr/bin/prometheus)
+
 # Four modules, each built on its own go.mod; replace directives point them at
 # this tree (no go.work: each module's tests then run on exactly the versions
 # its go.mod selects, the library's on what an embedder gets):
@@ -58,14 +67,16 @@ build-dev:
 	cd dev && $(GO) build -ldflags='$(FERRY_LDFLAGS)' -o $(CURDIR)/$(BIN)/ferry-dev ./cmd/ferry-dev
 
 .PHONY: test
-test: browser buildah temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
+test: browser buildah temporal-cli prometheus vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
+	$(PROMTOOL) check rules deploy/prometheus/ferry-alerts.yml
+	cd deploy/prometheus && $(PROMTOOL) test rules ferry-alerts.test.yml
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
 	cd cmd/ferry && $(GO) test -race -count=1 ./...
 	cd examples/orders && $(GO) test -race -count=1 ./...
 	cd dev && $(GO) test -race -count=1 $(DEV_RACE_PKGS)
 	@mkdir -p test-output
-	cd dev && FERRY_TEMPORAL_CLI=$(abspath $(TEMPORAL_CLI)) $(GO) test -tags failpoints -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(DEV_SERVER_PKGS)
+	cd dev && FERRY_TEMPORAL_CLI=$(abspath $(TEMPORAL_CLI)) FERRY_PROMETHEUS=$(PROMETHEUS) $(GO) test -tags failpoints -count=1 -timeout 30m -artifacts -outputdir=$(CURDIR)/test-output $(DEV_SERVER_PKGS)
 	@echo "screenshots and other test artifacts: test-output/_artifacts/"
 
 # The long fault runs are built only with the faults tag: without it they are
@@ -110,6 +121,14 @@ buildah: ## Install buildah (Debian package) for the image test, if missing
 	@command -v buildah >/dev/null 2>&1 || { \
 	  echo "installing buildah for the image test (apt-get)…"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; }
+
+.PHONY: prometheus
+prometheus: ## Get Prometheus and promtool (Debian package prometheus) for the alert rule tests, if missing
+	@test -x "$(PROMTOOL)" && test -x "$(PROMETHEUS)" || { \
+	  echo "unpacking Debian's prometheus package under $(PROMETHEUS_DEB) for the alert rule tests (apt-get download)…"; \
+	  mkdir -p $(PROMETHEUS_DEB) && cd $(PROMETHEUS_DEB) && \
+	  { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
+	  dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb; }
 
 .PHONY: temporal-cli
 temporal-cli: $(TEMPORAL_CLI) ## Build Temporal's CLI (pinned) for the CLI test, if missing (the first build compiles a Temporal server: minutes)

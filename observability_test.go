@@ -20,18 +20,42 @@ import (
 	"github.com/ferry-outbox/ferry/walrelay"
 )
 
-// describer collects the names of every metric Ferry registers.
-type describer struct{ names []string }
+// describer collects the names of every metric Ferry registers, and the
+// label names of each.
+type describer struct {
+	names  []string
+	labels map[string][]string
+}
 
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+var (
+	fqName      = regexp.MustCompile(`fqName: "([^"]+)"`)
+	constLabels = regexp.MustCompile(`constLabels: \{([^}]*)\}`)
+	varLabels   = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+	labelName   = regexp.MustCompile(`(\w+)=`)
+)
 
 func (d *describer) Register(c prometheus.Collector) error {
 	ch := make(chan *prometheus.Desc, 64)
 	go func() { c.Describe(ch); close(ch) }()
 	for desc := range ch {
-		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
-			d.names = append(d.names, m[1])
+		m := fqName.FindStringSubmatch(desc.String())
+		if m == nil {
+			continue
 		}
+		d.names = append(d.names, m[1])
+		var labels []string
+		if c := constLabels.FindStringSubmatch(desc.String()); c != nil {
+			for _, l := range labelName.FindAllStringSubmatch(c[1], -1) {
+				labels = append(labels, l[1])
+			}
+		}
+		if v := varLabels.FindStringSubmatch(desc.String()); v != nil && v[1] != "" {
+			labels = append(labels, strings.Split(v[1], ",")...)
+		}
+		if d.labels == nil {
+			d.labels = map[string][]string{}
+		}
+		d.labels[m[1]] = labels
 	}
 	return nil
 }
@@ -43,6 +67,12 @@ func (d *describer) MustRegister(cs ...prometheus.Collector) {
 func (d *describer) Unregister(prometheus.Collector) bool { return true }
 
 func ferryMetricNames(t *testing.T) []string {
+	t.Helper()
+	return ferryMetrics(t).names
+}
+
+// ferryMetrics describes every metric Ferry registers.
+func ferryMetrics(t *testing.T) *describer {
 	t.Helper()
 	d := &describer{}
 	_, err := metrics.New(d)
@@ -58,7 +88,7 @@ func ferryMetricNames(t *testing.T) []string {
 	require.NoError(t, d.Register(metrics.NewOutboxCollector(nil)))
 	require.NoError(t, d.Register(walrelay.NewSlotCollector(nil, walrelay.DefaultSlot)))
 	require.Contains(t, d.names, "ferry_outbox_oldest_age_seconds")
-	return d.names
+	return d
 }
 
 // sdkMetricNames are the Temporal SDK's metric names as Ferry's /metrics
@@ -187,4 +217,60 @@ func TestGrafanaDashboardParses(t *testing.T) {
 		"temporal_workflow_task_queue_poll_succeed", "temporal_sticky_cache_hit", "temporal_workflow_task_execution_failed", "temporal_activity_execution_failed"} {
 		require.Contains(t, all, m, "a panel over %s", m)
 	}
+}
+
+// The promtool tests of the rules (ferry-alerts.test.yml) feed series with
+// the labels Ferry's /metrics serves them with: each ferry_* series has
+// exactly its metric's labels (plus le on a histogram's buckets) and the
+// job and instance Prometheus adds. A test series with a label Ferry never
+// sets, or without one it always sets, tests a rule against data that never
+// comes. (The Temporal SDK's series are checked against a live scrape in
+// dev/e2e.)
+func TestAlertRuleTestsUseServedLabels(t *testing.T) {
+	t.Parallel()
+	d := ferryMetrics(t)
+	raw, err := os.ReadFile("deploy/prometheus/ferry-alerts.test.yml")
+	require.NoError(t, err)
+	var file struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			Name   string `yaml:"name"`
+			Series []struct {
+				Series string `yaml:"series"`
+			} `yaml:"input_series"`
+		} `yaml:"tests"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &file))
+	require.Equal(t, []string{"ferry-alerts.yml"}, file.RuleFiles)
+	series := regexp.MustCompile(`^(\w+)\{(.*)\}$`)
+	checked := 0
+	for _, tc := range file.Tests {
+		for _, s := range tc.Series {
+			m := series.FindStringSubmatch(s.Series)
+			require.NotNil(t, m, "test %q: series %q", tc.Name, s.Series)
+			name := m[1]
+			var got []string
+			for _, l := range labelName.FindAllStringSubmatch(m[2], -1) {
+				got = append(got, l[1])
+			}
+			require.Subset(t, got, []string{"job", "instance"}, "test %q: %s without the labels Prometheus adds", tc.Name, s.Series)
+			if name == "up" || strings.HasPrefix(name, "temporal_") {
+				continue
+			}
+			want, ok := []string(nil), false
+			for _, base := range []string{name, strings.TrimSuffix(name, "_bucket"), strings.TrimSuffix(name, "_count"), strings.TrimSuffix(name, "_sum")} {
+				if w, found := d.labels[base]; found {
+					want, ok = append(slices.Clone(w), "job", "instance"), true
+					if base != name && strings.HasSuffix(name, "_bucket") {
+						want = append(want, "le")
+					}
+					break
+				}
+			}
+			require.True(t, ok, "test %q: %s is no metric of Ferry's", tc.Name, name)
+			require.ElementsMatch(t, want, got, "test %q: %s", tc.Name, s.Series)
+			checked++
+		}
+	}
+	require.Greater(t, checked, 50)
 }

@@ -136,3 +136,12 @@ func lostOwnership(what, aggregateType, aggregateID string, epoch int64) error {
 		"%s refused: aggregate %s is not owned by this run under epoch %d any more (the reconciler took it back, or the lane handed it on): nothing was marked, and this run stops; its events are published by the aggregate's current owner",
 		what, workflows.WorkflowID(aggregateType, aggregateID), epoch), ErrTypeLostOwnership, nil)
 }
+
+// errTypeMarkPublished labels ferry_publish_failures_total when an event was
+// delivered but marking it published failed (it is delivered again).
+const errTypeMarkPublished = "MarkPublished"
+
+// publishErrorClasses are the error_class values the publish activities count
+// in ferry_publish_failures_total.
+var publishErrorClasses = []string{ErrTypeEventMissing, ErrTypeMismatch, ErrTypeUnroutable, ErrTypeBroker, ErrTypeTooLarge,
+	ErrTypeRefused, ErrTypeDestination, ErrTypeBadDestination, ErrTypeNoDestination, errTypeMarkPublished}

@@ -125,7 +125,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 			ids[i] = it.id
 		}
 		if err := a.markBatch(ctx, ids, in); err != nil {
-			a.metrics.PublishFailed("MarkPublished")
+			a.metrics.PublishFailed(errTypeMarkPublished)
 			return workflows.PublishBatchResult{}, err
 		}
 		for _, it := range marked {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -48,6 +49,8 @@ func NewMaintenance(cfg MaintenanceConfig) (*Maintenance, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: MaintenanceConfig.Pool is nil")
 	}
+	cfg.Metrics.KnownDriftKinds(workflows.DriftWorkflowGone, workflows.DriftWorkflowBehind, workflows.DriftWorkflowAhead,
+		workflows.DriftSignalLost, workflows.DriftBelowCursor)
 	return &Maintenance{pool: cfg.Pool, temporal: cfg.Temporal, maintenance: cfg.Metrics}, nil
 }
 
@@ -58,15 +61,27 @@ func (a *Maintenance) Register(r Registry) {
 	r.RegisterActivityWithOptions(a.CheckDrift, activity.RegisterOptions{Name: workflows.DriftActivity})
 }
 
-// PurgeOutbox deletes delivered rows older than RowAge (and first blanks
+// PurgeOutbox deletes delivered rows older than RowAge (and then blanks
 // payloads older than PayloadAge), in batches of at most 1000 rows,
-// heartbeating its progress.
+// heartbeating its progress. It first counts the rows past RowAge and
+// records the count in ferry_maintenance, and records its success there at
+// the end: /metrics reports both, so a retention that fails, waits on a
+// lock or no longer runs shows (FerryRetentionStalled).
 func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInput) (workflows.RetentionResult, error) {
 	var res workflows.RetentionResult
 	rowAge := cmp.Or(in.RowAge, workflows.DefaultRowRetention)
 	batch := cmp.Or(in.BatchSize, workflows.DefaultPurgeBatch)
 	if batch < 1 || batch > workflows.DefaultPurgeBatch {
 		batch = workflows.DefaultPurgeBatch
+	}
+	// One scan of the table per run (published_at has no index): before
+	// the deletes, so that a run that cannot delete still says how many
+	// rows wait for it.
+	if _, err := outbox.CountOverdue(ctx, a.pool, rowAge); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = errors.New("ferry_maintenance has no 'retention' row: run `ferry migrate`")
+		}
+		return res, fmt.Errorf("count rows past retention: %w", err)
 	}
 	// Each call handles at most one batch and commits on its own, so no
 	// long transaction holds back vacuum. what names the step in errors,
@@ -94,6 +109,9 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 		if err := run(outbox.PurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads", metrics.StepPurgePayloads); err != nil {
 			return res, err
 		}
+	}
+	if err := outbox.RetentionSucceeded(ctx, a.pool); err != nil {
+		return res, fmt.Errorf("record the retention run: %w", err)
 	}
 	return res, nil
 }

@@ -101,6 +101,7 @@ func NewPublish(cfg PublishConfig) (*Publish, error) {
 	if cfg.Effects == nil {
 		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
 	}
+	cfg.Metrics.KnownErrorClasses(publishErrorClasses...)
 	p := &Publish{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), targets: t, pool: cfg.Pool,
 		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}
 	p.targets.tracer = p.tracer
@@ -180,7 +181,7 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	}
 	failpoint.Inject("worker.after-confirm")
 	if err := a.markPublished(ctx, in); err != nil {
-		a.metrics.PublishFailed("MarkPublished")
+		a.metrics.PublishFailed(errTypeMarkPublished)
 		return workflows.PublishResult{}, err
 	}
 	a.metrics.Published(ev.AggregateType, ev.DueAt)

@@ -135,6 +135,9 @@ func (c *Consumer) WatchQueues(consumer string, depths QueueDepths) {
 	if c == nil {
 		return
 	}
+	// The lag histogram of a consumer starts empty rather than at its first
+	// observation, which rate() would miss.
+	c.lag.WithLabelValues(consumer)
 	c.depth.mu.Lock()
 	defer c.depth.mu.Unlock()
 	c.depth.watched[consumer] = depths

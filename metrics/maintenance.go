@@ -66,7 +66,27 @@ func NewMaintenance(reg prometheus.Registerer) (*Maintenance, error) {
 	if err := register(reg, m.retention, m.reconciled, m.driftSampled, m.driftUnchecked, m.driftFound); err != nil {
 		return nil, err
 	}
+	// Every known label value starts at 0: a counter series born at its
+	// first increment has no earlier sample, so rate() and increase() miss
+	// that increment (and a rule over them stays silent on it).
+	for _, step := range []string{StepDelete, StepPurgePayloads} {
+		m.retention.WithLabelValues(step)
+	}
+	for _, cause := range []string{ReconcileNotRunning, ReconcileNotHeld} {
+		m.reconciled.WithLabelValues(cause)
+	}
 	return m, nil
+}
+
+// KnownDriftKinds starts ferry_drift_found_total at 0 for each kind (the
+// kinds are the drift check's, workflows.Drift*), so that the first drift
+// of a kind counts in increase() and FerryDriftFound fires on it.
+func (m *Maintenance) KnownDriftKinds(kinds ...string) {
+	if m != nil {
+		for _, k := range kinds {
+			m.driftFound.WithLabelValues(k)
+		}
+	}
 }
 
 // Steps of retention, the values of ferry_retention_rows_total's step label.

@@ -88,6 +88,9 @@ type outboxCollector struct {
 	nextDue *prometheus.Desc
 	errDesc *prometheus.Desc
 	size    *prometheus.Desc
+
+	liveRows, deadRows, indexBytes *prometheus.Desc
+	retentionSuccess, overdue      *prometheus.Desc
 }
 
 // NewOutboxCollector returns a collector of
@@ -98,6 +101,11 @@ type outboxCollector struct {
 // for their deliver_after: they are counted apart from pending ones, have
 // no age (they are not late), and ferry_outbox_next_due_seconds says when
 // the first of them becomes deliverable.
+//
+// It also reports the table's health from PostgreSQL's statistics and
+// catalogs (live and dead row versions, each index's size: no scan), and the
+// retention record the retention runs keep in ferry_maintenance (when one
+// last succeeded, how many rows past retention the last one found).
 func NewOutboxCollector(pool *pgxpool.Pool) prometheus.Collector {
 	labels := []string{"aggregate_type", "status"}
 	return &outboxCollector{
@@ -107,6 +115,16 @@ func NewOutboxCollector(pool *pgxpool.Pool) prometheus.Collector {
 		nextDue: prometheus.NewDesc("ferry_outbox_next_due_seconds", "Time until the first delayed row of the aggregate type becomes deliverable.", []string{"aggregate_type"}, nil),
 		errDesc: prometheus.NewDesc("ferry_outbox_scrape_error", "1 when reading the outbox for this scrape failed.", nil, nil),
 		size:    prometheus.NewDesc("ferry_outbox_table_bytes", "Size of outbox_events with its indexes and TOAST (retention keeps it bounded).", nil, nil),
+		liveRows: prometheus.NewDesc("ferry_outbox_live_rows",
+			"Row versions of outbox_events PostgreSQL's statistics count as live (n_live_tup: an estimate, no scan).", nil, nil),
+		deadRows: prometheus.NewDesc("ferry_outbox_dead_rows",
+			"Dead row versions of outbox_events not yet removed by vacuum (n_dead_tup); each still has an entry in every index, which the claim's index scan walks.", nil, nil),
+		indexBytes: prometheus.NewDesc("ferry_outbox_index_bytes",
+			"Size of each index of outbox_events (pg_relation_size), by index name.", []string{"index"}, nil),
+		retentionSuccess: prometheus.NewDesc("ferry_retention_last_success_timestamp_seconds",
+			"When a retention run last finished without error (Unix time; ferry_maintenance). Until one has: when the schema got its retention record (migration 0013).", nil, nil),
+		overdue: prometheus.NewDesc("ferry_retention_overdue_rows",
+			"Delivered rows past the retention age, counted by the last retention run at its start (0 once a run finished); absent until a run has counted.", nil, nil),
 	}
 }
 
@@ -116,6 +134,11 @@ func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.nextDue
 	ch <- c.errDesc
 	ch <- c.size
+	ch <- c.liveRows
+	ch <- c.deadRows
+	ch <- c.indexBytes
+	ch <- c.retentionSuccess
+	ch <- c.overdue
 }
 
 func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
@@ -135,10 +158,27 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	if err == nil {
 		size, err = outbox.TableBytes(ctx, c.pool)
 	}
+	var health outbox.TableHealth
+	if err == nil {
+		health, err = outbox.ReadTableHealth(ctx, c.pool)
+	}
+	var retention outbox.RetentionRecord
+	if err == nil {
+		retention, err = outbox.ReadRetention(ctx, c.pool)
+	}
 	if err != nil {
 		failed = 1
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(size))
+		ch <- prometheus.MustNewConstMetric(c.liveRows, prometheus.GaugeValue, float64(health.LiveRows))
+		ch <- prometheus.MustNewConstMetric(c.deadRows, prometheus.GaugeValue, float64(health.DeadRows))
+		for name, n := range health.IndexBytes {
+			ch <- prometheus.MustNewConstMetric(c.indexBytes, prometheus.GaugeValue, float64(n), name)
+		}
+		ch <- prometheus.MustNewConstMetric(c.retentionSuccess, prometheus.GaugeValue, float64(retention.LastSuccess.UnixNano())/1e9)
+		if retention.Overdue != nil {
+			ch <- prometheus.MustNewConstMetric(c.overdue, prometheus.GaugeValue, float64(*retention.Overdue))
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.errDesc, prometheus.GaugeValue, failed)
 }

@@ -102,6 +102,17 @@ func (r *Relay) Published(aggregateType string, dueAt time.Time) {
 	r.latency.Observe(time.Since(dueAt).Seconds())
 }
 
+// KnownErrorClasses starts ferry_publish_failures_total at 0 for each error
+// class (the publish activities' error types), so that the first failure of
+// a class counts in rate() and increase().
+func (r *Relay) KnownErrorClasses(classes ...string) {
+	if r != nil {
+		for _, c := range classes {
+			r.publishErrors.WithLabelValues(c)
+		}
+	}
+}
+
 // PublishFailed records one failed publish attempt.
 func (r *Relay) PublishFailed(errorClass string) {
 	if r != nil {

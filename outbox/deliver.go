@@ -275,6 +275,44 @@ func DeleteDelivered(ctx context.Context, db Execer, age time.Duration, limit in
 	return tag.RowsAffected(), err
 }
 
+// The retention record (ferry_maintenance, migration 0013): what the last
+// retention run found and whether it finished, for /metrics (ReadRetention).
+const (
+	// sqlCountOverdue counts the delivered rows past age and records the
+	// figure, in one statement. published_at has no index, so this reads the
+	// whole table: a retention run does it once, at its start; nothing that
+	// runs per scrape may.
+	sqlCountOverdue = `
+UPDATE ferry_maintenance SET counted_at = now(), overdue_rows = (
+    SELECT count(*) FROM outbox_events
+    WHERE status IN ('published', 'skipped')
+      AND coalesce(published_at, created_at) < now() - $1::interval)
+WHERE job = 'retention'
+RETURNING overdue_rows`
+
+	// sqlRetentionSucceeded: a run that finished deleted what it counted.
+	sqlRetentionSucceeded = `
+UPDATE ferry_maintenance SET succeeded_at = now(), overdue_rows = 0, counted_at = now()
+WHERE job = 'retention'`
+)
+
+// CountOverdue counts the delivered rows older than age that retention would
+// delete, records the count for /metrics, and returns it. It reads the whole
+// table (published_at has no index): call it once per retention run.
+// pgx.ErrNoRows: the schema predates ferry_maintenance's row.
+func CountOverdue(ctx context.Context, db Queryer, age time.Duration) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, sqlCountOverdue, age).Scan(&n)
+	return n, err
+}
+
+// RetentionSucceeded records that a retention run finished: nothing past
+// its age is left.
+func RetentionSucceeded(ctx context.Context, db Execer) error {
+	_, err := db.Exec(ctx, sqlRetentionSucceeded)
+	return err
+}
+
 // AggregateKey names an aggregate.
 type AggregateKey struct{ Type, ID string }
 

@@ -107,6 +107,89 @@ func TableBytes(ctx context.Context, db Queryer) (int64, error) {
 	return n, nil
 }
 
+// sqlTableStats reads what PostgreSQL's cumulative statistics keep about
+// outbox_events: row versions counted live and dead (n_live_tup and
+// n_dead_tup, estimates maintained as transactions commit and reset by
+// vacuum and analyze; no scan). A dead version is left by every update and
+// delete until vacuum removes it, and every index keeps an entry for it until
+// then: a hot outbox whose vacuum is held back (a long transaction, an
+// abandoned replication slot) makes the claim's index scan walk them.
+const sqlTableStats = `
+SELECT coalesce(n_live_tup, 0), coalesce(n_dead_tup, 0)
+FROM pg_stat_user_tables WHERE relid = 'outbox_events'::regclass`
+
+// sqlIndexSizes: each index of outbox_events with its size on disk (a
+// stat() of its files, no scan).
+const sqlIndexSizes = `
+SELECT c.relname, pg_relation_size(i.indexrelid)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = 'outbox_events'::regclass
+ORDER BY c.relname`
+
+// TableHealth is what PostgreSQL's statistics say of outbox_events.
+type TableHealth struct {
+	// LiveRows and DeadRows are the statistics' estimates of live and dead
+	// row versions.
+	LiveRows, DeadRows int64
+	// IndexBytes is the size of each index, by name.
+	IndexBytes map[string]int64
+}
+
+// ReadTableHealth reads outbox_events' row statistics and index sizes. It
+// reads catalogs and statistics only, never the table: cheap enough for
+// every scrape.
+func ReadTableHealth(ctx context.Context, db Queryer) (TableHealth, error) {
+	var h TableHealth
+	if err := db.QueryRow(ctx, sqlTableStats).Scan(&h.LiveRows, &h.DeadRows); err != nil {
+		return h, fmt.Errorf("read outbox table statistics: %w", err)
+	}
+	rows, err := db.Query(ctx, sqlIndexSizes)
+	if err != nil {
+		return h, fmt.Errorf("read outbox index sizes: %w", err)
+	}
+	h.IndexBytes = map[string]int64{}
+	var name string
+	var size int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &size}, func() error {
+		h.IndexBytes[name] = size
+		return nil
+	})
+	if err != nil {
+		return h, fmt.Errorf("read outbox index sizes: %w", err)
+	}
+	return h, nil
+}
+
+// sqlRetentionRecord reads the retention record (ferry_maintenance,
+// migration 0013) by its primary key.
+const sqlRetentionRecord = `
+SELECT coalesce(succeeded_at, since), succeeded_at IS NOT NULL, overdue_rows
+FROM ferry_maintenance WHERE job = 'retention'`
+
+// RetentionRecord is what the retention runs last recorded.
+type RetentionRecord struct {
+	// LastSuccess is when a run last finished; until one has, when the
+	// record began (the schema's migration 0013). Succeeded tells which.
+	LastSuccess time.Time
+	Succeeded   bool
+	// Overdue is the number of delivered rows past retention the last run
+	// counted at its start (0 once a run finished); nil until a run counted.
+	Overdue *int64
+}
+
+// ReadRetention reads the retention record: one primary-key lookup.
+func ReadRetention(ctx context.Context, db Queryer) (RetentionRecord, error) {
+	var r RetentionRecord
+	err := db.QueryRow(ctx, sqlRetentionRecord).Scan(&r.LastSuccess, &r.Succeeded, &r.Overdue)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, errors.New("read the retention record: ferry_maintenance has no 'retention' row (run `ferry migrate`)")
+	}
+	if err != nil {
+		return r, fmt.Errorf("read the retention record: %w", err)
+	}
+	return r, nil
+}
+
 // sqlPublishedRecently reads recent publications; published rows are the
 // bulk of the table and have no index on published_at, so this is for a
 // person's command, not for a scraper (metrics count publications instead).

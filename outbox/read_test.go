@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -112,4 +113,73 @@ func TestReadsByIDAndStatus(t *testing.T) {
 	minute, hour, err := outbox.PublishedRecently(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Zero(t, minute+hour, "published_at is not set by this insert")
+}
+
+// The table's health comes from PostgreSQL's statistics and catalogs: dead
+// row versions appear after updates, every index of the table is listed
+// with its size.
+func TestReadTableHealth(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', g::text, 'x', '{}' FROM generate_series(1, 40) g`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `UPDATE outbox_events SET status = 'published', published_at = now()`)
+	require.NoError(t, err)
+	var h outbox.TableHealth
+	// The statistics are flushed shortly after each transaction ends.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h, err = outbox.ReadTableHealth(ctx, db.Pool)
+		require.NoError(t, err)
+		if h.DeadRows >= 40 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, h.DeadRows, int64(40), "one dead version per updated row, until vacuum")
+	require.Equal(t, int64(40), h.LiveRows)
+	for _, idx := range []string{"outbox_events_pkey", "outbox_events_aggregate_version_key", "outbox_events_pending_idx",
+		"outbox_events_dispatched_idx", "outbox_events_quarantined_idx"} {
+		require.Positive(t, h.IndexBytes[idx], "index %s in %v", idx, h.IndexBytes)
+	}
+}
+
+// A retention run's record: until a run finishes, the last success is the
+// record's start and nothing is counted; the count reads rows past the age
+// only; a finished run sets the success and zero overdue.
+func TestRetentionRecord(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	r, err := outbox.ReadRetention(ctx, db.Pool)
+	require.NoError(t, err)
+	require.False(t, r.Succeeded)
+	require.Nil(t, r.Overdue, "no run counted yet")
+	require.WithinDuration(t, time.Now(), r.LastSuccess, time.Minute, "the record began with the schema")
+
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, published_at)
+		SELECT 'order', g::text, 'x', '{}', s, now() - interval '3 hours', CASE WHEN s = 'published' THEN now() - interval '2 hours' END
+		FROM generate_series(1, 12) g, (VALUES ('published'), ('skipped'), ('pending'), ('quarantined')) v(s)`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, published_at)
+		SELECT 'order', 'recent-' || g, 'x', '{}', 'published', now() FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	n, err := outbox.CountOverdue(ctx, db.Pool, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, int64(24), n, "published an hour past, and skipped (by created_at); never pending or quarantined")
+	r, err = outbox.ReadRetention(ctx, db.Pool)
+	require.NoError(t, err)
+	require.NotNil(t, r.Overdue)
+	require.Equal(t, int64(24), *r.Overdue)
+	require.False(t, r.Succeeded)
+
+	before := r.LastSuccess
+	require.NoError(t, outbox.RetentionSucceeded(ctx, db.Pool))
+	r, err = outbox.ReadRetention(ctx, db.Pool)
+	require.NoError(t, err)
+	require.True(t, r.Succeeded)
+	require.True(t, r.LastSuccess.After(before))
+	require.Equal(t, int64(0), *r.Overdue)
 }

@@ -81,6 +81,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_owners, :"schema".ferry
 GRANT USAGE ON SEQUENCE :"schema".ferry_owner_epoch TO :"relay";
 -- The audit trail: append and read, never update or delete.
 GRANT SELECT, INSERT ON :"schema".ferry_repairs TO :"relay";
+-- The maintenance record: a retention run writes what it found and whether
+-- it finished; /metrics reads it (ferry_retention_* series).
+GRANT SELECT, UPDATE ON :"schema".ferry_maintenance TO :"relay";
 -- The e-mail effect's sent-ledger (the worker sends e-mails): rows are
 -- claimed and settled, never deleted.
 GRANT SELECT, INSERT, UPDATE ON :"schema".ferry_email_ledger TO :"relay";

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
@@ -20,6 +21,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/schema"
@@ -261,6 +263,19 @@ func TestRelayRole(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM ferry_repairs WHERE request_id = 'r1'`))
+
+	// /metrics reads the backlog, the table's statistics and the retention
+	// record; a retention run records what it counted whatever follows. The
+	// relay may not delete events, so retention under this role fails: what
+	// FerryRetentionStalled reports (docs/runbook.md).
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewOutboxCollector(pool))
+	require.Zero(t, testenv.Sample(t, reg, "ferry_outbox_scrape_error", nil), "the relay reads everything /metrics reports")
+	require.True(t, testenv.HasMetric(t, reg, "ferry_retention_last_success_timestamp_seconds"))
+	_, err = env.ExecuteActivity(workflows.PurgeActivity, workflows.RetentionInput{})
+	require.ErrorContains(t, err, "delete delivered rows: ERROR: permission denied for table outbox_events")
+	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM ferry_maintenance WHERE job = 'retention' AND overdue_rows = 0 AND counted_at IS NOT NULL`),
+		"the relay records the retention count")
 
 	for what, sql := range map[string]string{
 		"insert events":        `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '3', 'created', '{}')`,

@@ -40,8 +40,11 @@ type ownTemporal struct {
 	pg       *temporalPG
 	services []string
 	ports    []int
-	proc     *child
-	client   client.Client
+	// metricsAddr, when set, is where the server serves its own metrics
+	// (devserver.Config.MetricsAddress).
+	metricsAddr string
+	proc        *child
+	client      client.Client
 }
 
 // Settings of a Temporal server child.
@@ -58,6 +61,7 @@ const (
 	temporalPGVisEnv    = "FERRY_E2E_TEMPORAL_PG_VISIBILITY_DB"
 	temporalShardsEnv   = "FERRY_E2E_TEMPORAL_SHARDS"
 	temporalServicesEnv = "FERRY_E2E_TEMPORAL_SERVICES"
+	temporalMetricsEnv  = "FERRY_E2E_TEMPORAL_METRICS_ADDRESS"
 	temporalReady       = "temporal: ready"
 )
 
@@ -79,7 +83,7 @@ func temporalServerMain() int {
 	}
 	cfg := devserver.Config{
 		DatabasePath: os.Getenv(temporalDBEnv), Address: os.Getenv(temporalAddrEnv), SearchAttributes: workflows.SearchAttributeTypes,
-		InternalPorts: ports, Progress: os.Stdout,
+		InternalPorts: ports, Progress: os.Stdout, MetricsAddress: os.Getenv(temporalMetricsEnv),
 		Services: strings.FieldsFunc(os.Getenv(temporalServicesEnv), func(r rune) bool { return r == ',' }),
 	}
 	if u := os.Getenv(temporalPGEnv); u != "" {
@@ -106,7 +110,14 @@ func temporalServerMain() int {
 // test's processes.
 func startOwnTemporal(t *testing.T) *ownTemporal {
 	t.Helper()
-	o := &ownTemporal{addr: testenv.ClosedAddr(t), namespace: "default", dbPath: filepath.Join(t.TempDir(), "temporal.db")}
+	return startOwnTemporalWith(t, &ownTemporal{})
+}
+
+// startOwnTemporalWith is startOwnTemporal with o's optional settings
+// (metricsAddr).
+func startOwnTemporalWith(t *testing.T, o *ownTemporal) *ownTemporal {
+	t.Helper()
+	o.addr, o.namespace, o.dbPath = testenv.ClosedAddr(t), "default", filepath.Join(t.TempDir(), "temporal.db")
 	o.start(t)
 	t.Cleanup(func() { o.kill() })
 	c, err := client.Dial(client.Options{HostPort: o.addr, Namespace: o.namespace, Logger: testenv.QuietLogger()})
@@ -168,7 +179,7 @@ func (o *ownTemporal) member() tcluster.Member {
 // childEnv is the environment of the server process.
 func (o *ownTemporal) childEnv() []string {
 	env := []string{childEnv + "=temporal", temporalAddrEnv + "=" + o.addr, temporalDBEnv + "=" + o.dbPath,
-		temporalServicesEnv + "=" + strings.Join(o.services, ",")}
+		temporalServicesEnv + "=" + strings.Join(o.services, ","), temporalMetricsEnv + "=" + o.metricsAddr}
 	if len(o.ports) > 0 {
 		ports := make([]string, len(o.ports))
 		for i, p := range o.ports {
