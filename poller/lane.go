@@ -212,22 +212,35 @@ func (p *Poller) publishDirect(ctx context.Context, only []outbox.AggregateKey) 
 		}
 	}
 	// Detached: what was claimed must be settled even when Stop cancels
-	// ctx, or it waits out its lease.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
-	defer cancel()
+	// ctx, or it waits out its lease. Each settling statement gets its
+	// MarkTimeout from when it starts, not from the claim: publishes end by
+	// claim + Lease - MarkTimeout - brokerCloseWait, so a mark that starts
+	// after them still ends within the lease, while a deadline counted
+	// from the claim would have run out during a publish longer than
+	// MarkTimeout and left everything it confirmed unmarked (published
+	// again after the lease).
+	markCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
+	}
 	if len(empty) > 0 {
+		mctx, cancel := markCtx()
 		p.releaseEmpty(mctx, empty)
+		cancel()
 	}
 	if len(busy) == 0 {
 		return 0, len(aggs) >= p.cfg.BatchSize, nil
 	}
 	failpoint.Inject("lane.after-claim")
 	if err := p.loadRows(ctx, busy); err != nil {
+		mctx, cancel := markCtx()
+		defer cancel()
 		p.settle(mctx, busy, err)
 		return rows, false, err
 	}
 	p.publish(ctx, start, busy)
 	failpoint.Inject("lane.after-confirm")
+	mctx, cancel := markCtx()
+	defer cancel()
 	more, err := p.settle(mctx, busy, nil)
 	p.metrics.Batch(rows, 0, time.Since(start))
 	return rows, more || len(aggs) >= p.cfg.BatchSize, err
