@@ -151,7 +151,11 @@ func laneTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*brok
 	if cfg.Lane != LanePublishFirst {
 		return nil, nil, nil
 	}
-	pub, err := newPublisher(cfg)
+	// A publisher of its own, with a heartbeat from the lease (the lane's
+	// publish budget counts on the broker dropping a silent connection in
+	// time: poller.LaneHeartbeat).
+	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
+		MaxMessageBytes: cfg.MaxMessageBytes, Heartbeat: poller.LaneHeartbeat(cfg.Lease)})
 	if err != nil {
 		return nil, nil, err
 	}

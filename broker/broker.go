@@ -24,6 +24,11 @@ type Config struct {
 	Exchange string
 	// DialTimeout bounds connecting and declaring the exchange. Default 10s.
 	DialTimeout time.Duration
+	// Heartbeat is the AMQP heartbeat the connection asks for (the broker
+	// takes the shorter of its own and this). A connection silent for about
+	// three of them is dropped by the broker, with whatever it still held
+	// unrouted. Default DefaultHeartbeat (10s, the client library's).
+	Heartbeat time.Duration
 	// MaxMessageBytes is the largest message body the Publisher sends; a
 	// larger one fails with ErrTooLarge before anything goes on the wire.
 	// Keep it at or below the broker's max_message_size, which RabbitMQ
@@ -33,6 +38,9 @@ type Config struct {
 	// limit.
 	MaxMessageBytes int
 }
+
+// DefaultHeartbeat is Config.Heartbeat's default.
+const DefaultHeartbeat = 10 * time.Second
 
 // DefaultMaxMessageBytes is Config.MaxMessageBytes' default: RabbitMQ 4's
 // default max_message_size (RabbitMQ 3 allowed 128 MiB).
@@ -74,6 +82,14 @@ var (
 	ErrRefused = errors.New("message refused by broker")
 	// ErrClosed: Close was called.
 	ErrClosed = errors.New("publisher closed")
+	// ErrUnsettled comes with ErrUnavailable when a confirm was lost and
+	// the broker did not end the channel or connection itself: the caller
+	// gave the confirm up (its context ended) and the broker did not answer
+	// the connection's close within CloseWait, or the client dropped the
+	// connection (a missed heartbeat, a socket error). What the connection
+	// held may still be routed until the broker drops it (about three
+	// heartbeats, Config.Heartbeat).
+	ErrUnsettled = errors.New("the broker did not answer the connection's close")
 )
 
 // Publisher publishes messages with confirms over one lazily dialled
@@ -106,6 +122,9 @@ type session struct {
 	// closedBy is the reason read off closes, kept for every publish that
 	// was in flight on the channel.
 	closedBy *amqp.Error
+	// settled: abandon closed the connection and the broker answered
+	// (guarded by the Publisher's mu).
+	settled bool
 }
 
 // routedFor is how long a confirmed route is trusted without a fresh
@@ -161,6 +180,10 @@ var exchangeName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
 func New(cfg Config) (*Publisher, error) {
 	cfg.Exchange = cmp.Or(cfg.Exchange, "ferry.events")
 	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, 10*time.Second)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, DefaultHeartbeat)
+	if cfg.Heartbeat < time.Second {
+		return nil, fmt.Errorf("broker: Config.Heartbeat %s: must be at least 1s", cfg.Heartbeat)
+	}
 	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
 	if cfg.MaxMessageBytes < 0 || cfg.MaxMessageBytes > maxMessageBytesLimit {
 		return nil, fmt.Errorf("broker: Config.MaxMessageBytes %d: must be between 1 and %d (RabbitMQ's hard limit on max_message_size)",
@@ -289,7 +312,9 @@ func (p *Publisher) confirm(ctx context.Context, sess *session, msg Message, dc 
 			// queue: close the connection, so that nothing sent on it
 			// arrives after the caller moved on (a retry, or another
 			// relay taking over the aggregate, would then be overtaken).
-			p.abandon(sess)
+			if !p.abandon(sess) {
+				return fmt.Errorf("%w: %w: no confirm for %s: %v", ErrUnavailable, ErrUnsettled, msg.ID, ctx.Err())
+			}
 			return fmt.Errorf("%w: no confirm for %s: %v", ErrUnavailable, msg.ID, ctx.Err())
 		}
 		p.lost(sess)
@@ -333,9 +358,15 @@ var refusedSize = regexp.MustCompile(`message size (\d+) is larger than`)
 // deleted exchange) is an outage of the broker, not of the message.
 func closedBeforeConfirm(msg Message, reason *amqp.Error) error {
 	if reason == nil {
-		return fmt.Errorf("%w: channel closed before the confirm of %s", ErrUnavailable, msg.ID)
+		return fmt.Errorf("%w: %w: channel closed before the confirm of %s", ErrUnavailable, ErrUnsettled, msg.ID)
 	}
 	why := closeError{reason}
+	if !reason.Server {
+		// The client gave the connection up (a missed heartbeat, a socket
+		// error): the broker may still hold, and later route, what was
+		// sent, until it drops the connection itself.
+		return fmt.Errorf("%w: %w: channel closed before the confirm of %s: %w", ErrUnavailable, ErrUnsettled, msg.ID, why)
+	}
 	if reason.Code != amqp.PreconditionFailed {
 		return fmt.Errorf("%w: channel closed before the confirm of %s: %w", ErrUnavailable, msg.ID, why)
 	}
@@ -399,6 +430,7 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 
 	conn, err := amqp.DialConfig(p.cfg.URL, amqp.Config{
 		Dial:       amqp.DefaultDial(p.cfg.DialTimeout),
+		Heartbeat:  p.cfg.Heartbeat,
 		Properties: amqp.Table{"connection_name": "ferry-publisher"},
 	})
 	if err != nil {
@@ -477,14 +509,18 @@ func (p *Publisher) reset(sess *session) {
 const CloseWait = 2 * time.Second
 
 // abandon drops sess like reset, waiting at most CloseWait for the
-// broker's close-ok.
-func (p *Publisher) abandon(sess *session) {
+// broker's close-ok, and reports whether the connection is known closed
+// (the close-ok came, or it was closed already).
+func (p *Publisher) abandon(sess *session) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cur == sess {
-		_ = sess.conn.CloseDeadline(time.Now().Add(CloseWait))
-		p.cur = nil
+	if p.cur != sess {
+		return sess.conn.IsClosed() || sess.settled
 	}
+	p.cur = nil
+	err := sess.conn.CloseDeadline(time.Now().Add(CloseWait))
+	sess.settled = err == nil || errors.Is(err, amqp.ErrClosed)
+	return sess.settled
 }
 
 // Redact hides the password of an AMQP or PostgreSQL URL for logs and errors.

@@ -84,15 +84,16 @@ func (p *Poller) Drain(ctx context.Context) (total int, err error) {
 
 // RelayAggregates is the publish-first lane's round for the given
 // aggregates, as the log-tailing relay hands them over from its stream:
-// their next events are published directly (or handed to the workflows
-// that own them) when nothing else holds them; what this leaves (an
+// their next events are published directly when nothing else holds them
+// (those of aggregates workflows own are ServeOwned's, which it wakes); what this leaves (an
 // aggregate another relay is publishing, a version not due yet) is the
 // claim pass's. It returns the rows it took.
 func (p *Poller) RelayAggregates(ctx context.Context, keys []outbox.AggregateKey) (int, error) {
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	n, _, err := p.laneRound(ctx, keys)
+	n, _, err := p.directRound(ctx, keys)
+	p.pokeOwned() // streamed rows of aggregates workflows own: ServeOwned's
 	return n, err
 }
 

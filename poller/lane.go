@@ -70,10 +70,28 @@ const (
 // brokerCloseWait bounds closing the broker connection after a confirm
 // that did not come in time (broker.Publisher does it: broker.CloseWait),
 // so that nothing sent on it can still reach a queue once the relay gives
-// up ownership. The lane's publishes end by Lease - MarkTimeout -
-// brokerCloseWait after the claim: the close and the mark both fit in the
-// lease.
+// up ownership.
 const brokerCloseWait = broker.CloseWait
+
+// LaneHeartbeat is the AMQP heartbeat of the publish-first lane's
+// publisher for a lease: a tenth of it, at least 1s and at most broker's
+// default 10s. A broker that stops answering (it did not even answer the
+// close) drops the silent connection, with what it still held unrouted,
+// within about three heartbeats; the lane's publishes end early enough
+// that this happens within the lease (publishBudget).
+func LaneHeartbeat(lease time.Duration) time.Duration {
+	return min(max(lease/10, time.Second), broker.DefaultHeartbeat)
+}
+
+// publishBudget is how long after the claim a direct publish may wait for
+// confirms: the mark (MarkTimeout) after the connection's close
+// (brokerCloseWait) must fit in the lease; and when the close is not
+// answered the relay keeps the aggregate until the lease ends, which must
+// come after the broker dropped the connection (3.5 heartbeats).
+func (p *Poller) publishBudget() time.Duration {
+	hb := LaneHeartbeat(p.cfg.Lease)
+	return min(p.cfg.Lease-p.cfg.MarkTimeout-brokerCloseWait, p.cfg.Lease-hb*7/2)
+}
 
 // maxDirectRun is the most contiguous versions of one aggregate a direct
 // claim takes.
@@ -183,14 +201,74 @@ func (l *lanePause) ok() bool {
 // another round would find more (a claim came back full, or a released
 // aggregate has later versions).
 func (p *Poller) laneRound(ctx context.Context, only []outbox.AggregateKey) (n int, again bool, err error) {
-	if !p.pause.paused(time.Now()) {
-		n, again, err = p.publishDirect(ctx, only)
-		if err != nil {
-			return n, false, err
-		}
+	if n, again, err = p.directRound(ctx, only); err != nil {
+		return n, false, err
 	}
 	m, err := p.dispatchOwned(ctx, only)
 	return n + m, again || m >= p.cfg.BatchSize, err
+}
+
+// directRound is laneRound's direct half: what the loop and the stream
+// run, while ServeOwned runs the other half on its own.
+func (p *Poller) directRound(ctx context.Context, only []outbox.AggregateKey) (int, bool, error) {
+	if p.pause.paused(time.Now()) {
+		return 0, false, nil
+	}
+	return p.publishDirect(ctx, only)
+}
+
+// ServeOwned runs, until ctx ends, the publish-first lane's workflow side:
+// the claim of the aggregates workflows own, which starts the runs of
+// aggregates just handed over and signals the runs of the others, on its
+// own loop, so that a Temporal that is slow or away holds up only the
+// aggregates that need it, never the direct publishes. It drains whenever
+// a direct round handed something over or new rows were notified, and
+// every PollInterval. Start runs it; a relay that drives the poller
+// without Start (package walrelay) runs it itself. In the workflow lane it
+// returns at once.
+func (p *Poller) ServeOwned(ctx context.Context) {
+	if p.cfg.Lane != LanePublishFirst {
+		return
+	}
+	ticker := time.NewTicker(p.cfg.PollInterval)
+	defer ticker.Stop()
+	failures := 0
+	for {
+		for {
+			n, err := p.dispatchOwned(ctx, nil)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				failures++
+				wait := backoff.Exponential(retryBase, p.cfg.MaxBackoff, failures)
+				p.log.Warn("claim of aggregates workflows own failed; retried", "error", err, "retry_in", wait)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				continue
+			}
+			failures = 0
+			if n < p.cfg.BatchSize {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.ownedWake:
+		case <-ticker.C:
+		}
+	}
+}
+
+func (p *Poller) pokeOwned() {
+	select {
+	case p.ownedWake <- struct{}{}:
+	default:
+	}
 }
 
 // publishDirect claims, publishes and marks one batch of the lane.
@@ -343,9 +421,9 @@ func (p *Poller) loadRows(ctx context.Context, aggs []*laneAggregate) error {
 
 // publish sends every aggregate's events up to its cut, many aggregates
 // at once, each in version order, and records what the broker confirmed.
-// Publishes end before the lease can run out (brokerCloseWait).
+// Publishes end before the lease can run out (publishBudget).
 func (p *Poller) publish(ctx context.Context, claimedAt time.Time, aggs []*laneAggregate) {
-	ctx, cancel := context.WithDeadline(ctx, claimedAt.Add(p.cfg.Lease-p.cfg.MarkTimeout-brokerCloseWait))
+	ctx, cancel := context.WithDeadline(ctx, claimedAt.Add(p.publishBudget()))
 	defer cancel()
 	sem := make(chan struct{}, publishConcurrency)
 	var wg sync.WaitGroup
@@ -397,6 +475,20 @@ func (p *Poller) settle(ctx context.Context, aggs []*laneAggregate, cause error)
 	} else if cause == nil && p.pause.ok() {
 		p.log.Info("the broker answers again; the publish-first lane resumes")
 	}
+	if unsettled := slices.ContainsFunc(down, func(a *laneAggregate) bool { return errors.Is(a.err, broker.ErrUnsettled) }); unsettled {
+		// The broker answered neither the confirms nor the close: what
+		// the connection held may still be routed until the broker drops
+		// it (heartbeats). These aggregates stay this relay's until their
+		// lease ends, unmarked, so that no other relay publishes them
+		// before then (their confirmed rows go out again: duplicates).
+		p.log.Warn("the broker answered neither the confirms nor the connection's close: keeping those aggregates until their lease ends, so that nothing the connection held reaches a queue after another relay took them over",
+			"aggregates", len(down), "lease", p.cfg.Lease)
+		aggs = slices.DeleteFunc(slices.Clone(aggs), func(a *laneAggregate) bool { return a.down })
+		if len(aggs) == 0 {
+			return false, nil
+		}
+		pause, firstDown = 0, nil
+	}
 
 	results, err := p.mark(ctx, sqlLaneMark, aggs, pause, firstDown)
 	if err != nil {
@@ -433,8 +525,7 @@ func (p *Poller) settle(ctx context.Context, aggs []*laneAggregate, cause error)
 		}
 	}
 
-	more := false
-	var handoffs []*aggregateGroup
+	more, handed := false, false
 	for _, a := range aggs {
 		r := results[a]
 		switch r.status {
@@ -448,13 +539,13 @@ func (p *Poller) settle(ctx context.Context, aggs []*laneAggregate, cause error)
 		}
 		p.countDirect(a)
 		more = more || r.more
-		if r.newEpoch > 0 {
-			_, from := a.handoff()
-			handoffs = append(handoffs, p.handoffGroup(a, from, r.newEpoch))
-		}
+		handed = handed || r.newEpoch > 0
 	}
-	if len(handoffs) > 0 {
-		p.handOver(ctx, handoffs)
+	if handed {
+		// The handed rows are due now, owned by their workflows: the
+		// workflow side (ServeOwned) starts the runs, so that a Temporal
+		// that is slow or away never holds up the direct claims.
+		p.pokeOwned()
 	}
 	return more, nil
 }
@@ -478,7 +569,7 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	n := len(aggs)
 	types, ids, epochs, upto := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
 	handoff, causes, handed := make([]bool, n), make([]string, n), make([]int64, n)
-	var confirmed, backoffIDs []string
+	var confirmed, backoffIDs, handedIDs []string
 	byKey := make(map[outbox.AggregateKey]*laneAggregate, n)
 	for i, a := range aggs {
 		types[i], ids[i], epochs[i] = a.aggType, a.aggID, a.epoch
@@ -496,7 +587,9 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 			if a.err != nil {
 				causes[i] = a.class
 			}
-			_ = from
+			for _, e := range a.events[from:] {
+				handedIDs = append(handedIDs, e.id)
+			}
 		}
 		if a.down {
 			for _, e := range a.events[a.confirmed:] {
@@ -508,7 +601,7 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	if downErr != nil {
 		msg = pgtext.Truncate("the publish-first lane paused after a broker-wide failure: "+downErr.Error(), 1000)
 	}
-	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, confirmed, pause, msg, backoffIDs)
+	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, confirmed, pause, msg, backoffIDs, handedIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -549,39 +642,6 @@ func (p *Poller) countDirect(a *laneAggregate) {
 	}
 }
 
-// handoffGroup is the dispatch of an aggregate's events from from on to
-// its workflow, which now owns it under epoch.
-func (p *Poller) handoffGroup(a *laneAggregate, from int, epoch int64) *aggregateGroup {
-	g := &aggregateGroup{aggType: a.aggType, aggID: a.aggID, epoch: epoch, handoff: true, cause: a.cause}
-	if a.err != nil {
-		g.cause = a.class
-	}
-	for _, e := range a.events[from:] {
-		g.events = append(g.events, workflows.EventRef{ID: e.id, Version: e.version, Type: e.eventType})
-		g.ids = append(g.ids, e.id)
-		g.rows = append(g.rows, e.claimed)
-	}
-	return g
-}
-
-// handOver starts (or signals) the workflows of aggregates just handed to
-// them, and settles the dispatch as every dispatch is settled: the rows
-// Temporal took are marked dispatched under the new epoch; the others stay
-// pending with a backoff, owned by the workflow, for the claim of owned
-// aggregates to hand over again; never published around the failure.
-func (p *Poller) handOver(ctx context.Context, groups []*aggregateGroup) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.SignalTimeout+p.cfg.MarkTimeout)
-	defer cancel()
-	ok, failed := p.dispatch(dctx, groups)
-	if err := p.settleDispatch(ctx, groups, ok, failed); err != nil {
-		p.log.Warn("could not mark handed-over rows dispatched; they return after the lease and are handed over again", "error", err)
-	}
-	for _, f := range failed {
-		p.log.Warn("could not hand an aggregate to its workflow; it stays the workflow's and its rows are handed over again after a backoff (never published around the failure)",
-			"aggregate", f.workflowID, "error", f.err)
-	}
-}
-
 // dispatchOwned hands the pending rows of aggregates that workflows own
 // to their runs, by signal under the owner's epoch.
 func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) (int, error) {
@@ -597,12 +657,17 @@ func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) 
 	if err != nil {
 		return 0, fmt.Errorf("claim rows of aggregates workflows own: %w", err)
 	}
-	epochs := map[outbox.AggregateKey]int64{}
+	type owner struct {
+		epoch int64
+		first bool
+		cause string
+	}
+	owners := map[outbox.AggregateKey]owner{}
 	batch, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (claimed, error) {
 		var c claimed
-		var epoch int64
-		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts, &epoch)
-		epochs[outbox.AggregateKey{Type: c.aggType, ID: c.aggID}] = epoch
+		var o owner
+		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts, &o.epoch, &o.first, &o.cause)
+		owners[outbox.AggregateKey{Type: c.aggType, ID: c.aggID}] = o
 		return c, err
 	})
 	if err != nil {
@@ -613,7 +678,11 @@ func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) 
 	}
 	groups := group(batch)
 	for _, g := range groups {
-		g.epoch = epochs[outbox.AggregateKey{Type: g.aggType, ID: g.aggID}]
+		o := owners[outbox.AggregateKey{Type: g.aggType, ID: g.aggID}]
+		// The first hand-over since the relay handed the aggregate over:
+		// a run of its own, the events in its input, the regular path
+		// first (the handoff's failure is the reason).
+		g.epoch, g.handoff, g.cause = o.epoch, o.first, o.cause
 	}
 	dctx, dcancel := context.WithTimeout(ctx, p.cfg.Lease-p.cfg.MarkTimeout)
 	ok, failed := p.dispatch(dctx, groups)

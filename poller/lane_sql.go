@@ -129,7 +129,9 @@ var (
 //     statement waits, locking one row). See the file comment for why.
 //   - released: the relay's owner rows under their epochs are deleted;
 //     the aggregates are free for the next claim.
-//   - handed: or they become their workflow's, under a new epoch.
+//   - handed: or they become their workflow's, under a new epoch, with
+//     handed_at NULL until the workflow side starts the run; due: the rows
+//     from the failure on ($12) are due now, for it to take at once.
 //   - ev, back: the confirmed rows ($8) are published under the relay's
 //     epoch; the rows of a broker-wide failure ($11) return after $9 with
 //     $10 as their last_error. Only rows of aggregates still the relay's.
@@ -159,7 +161,7 @@ WITH k AS (
 ), handed AS (
     UPDATE outbox_owners o
     SET owner = 'workflow', epoch = nextval('ferry_owner_epoch'), holder = NULL, lease_until = NULL,
-        cause = go.cause, handed_version = go.handed, handed_at = now(), since = now()
+        cause = go.cause, handed_version = go.handed, handed_at = NULL, since = now()
     FROM go
     WHERE o.aggregate_type = go.t AND o.aggregate_id = go.i AND o.owner = 'relay' AND o.epoch = go.epoch
       AND go.handoff
@@ -180,6 +182,13 @@ WITH k AS (
     WHERE e.id = ANY($11::uuid[]) AND e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
       AND e.status = 'pending'
     RETURNING 1
+), due AS (
+    UPDATE outbox_events e
+    SET next_attempt_at = now()
+    FROM handed h
+    WHERE e.id = ANY($12::uuid[]) AND e.aggregate_type = h.aggregate_type AND e.aggregate_id = h.aggregate_id
+      AND e.status = 'pending'
+    RETURNING 1
 ), moved AS (
     UPDATE outbox_aggregates a
     SET delivered_version = greatest(a.delivered_version, k.upto), updated_at = now()
@@ -190,7 +199,7 @@ WITH k AS (
 SELECT k.t, k.i,
        CASE WHEN m.aggregate_type IS NOT NULL THEN 'ok' WHEN g.t IS NULL THEN 'locked' ELSE 'fenced' END,
        coalesce(m.new_epoch, 0), coalesce(mv.more, false),
-       (SELECT count(*) FROM ev), (SELECT count(*) FROM back)
+       (SELECT count(*) FROM ev), (SELECT count(*) FROM back) + (SELECT count(*) FROM due)
 FROM k
 LEFT JOIN go g ON g.t = k.t AND g.i = k.i
 LEFT JOIN mine m ON m.aggregate_type = k.t AND m.aggregate_id = k.i
@@ -210,7 +219,8 @@ const (
 
 // sqlOwnedClaimTemplate is the claim of the aggregates workflows own: their
 // pending due rows above the cursor, oldest first, $1 of them, for the
-// relay to hand to the run by signal. Each owner row is locked with its
+// relay to hand to the run (by a start when the aggregate was just handed
+// over, handed_at still NULL: first; by signal otherwise). Each owner row is locked with its
 // rows (SKIP LOCKED: a run releasing it, or another relay handing it
 // rows, is not waited for) and its handed_version raised to the highest
 // version handed: a run releases the aggregate only once it delivered
@@ -218,7 +228,8 @@ const (
 // rows are leased as every claim leases them.
 const sqlOwnedClaimTemplate = `
 WITH picked AS (
-    SELECT e.id, o.aggregate_type, o.aggregate_id, o.epoch, e.aggregate_version
+    SELECT e.id, o.aggregate_type, o.aggregate_id, o.epoch, e.aggregate_version,
+           o.handed_at IS NULL AS first, coalesce(o.cause, '') AS cause
     FROM OWNERS
     JOIN outbox_aggregates a ON a.aggregate_type = o.aggregate_type AND a.aggregate_id = o.aggregate_id
     JOIN outbox_events e ON e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
@@ -238,7 +249,7 @@ SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_b
 FROM picked p JOIN handed h ON h.aggregate_type = p.aggregate_type AND h.aggregate_id = p.aggregate_id
 WHERE e.id = p.id
 RETURNING e.id::text, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
-    coalesce(e.trace_parent, ''), coalesce(e.trace_state, ''), e.attempts, p.epoch`
+    coalesce(e.trace_parent, ''), coalesce(e.trace_state, ''), e.attempts, p.epoch, p.first, p.cause`
 
 var (
 	sqlOwnedClaim   = strings.Replace(sqlOwnedClaimTemplate, "OWNERS", "outbox_owners o", 1)

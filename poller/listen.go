@@ -60,4 +60,5 @@ func (p *Poller) poke() {
 	case p.wake <- struct{}{}:
 	default:
 	}
+	p.pokeOwned() // new rows may be of aggregates workflows own
 }

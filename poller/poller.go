@@ -146,8 +146,9 @@ type Poller struct {
 	wake   chan struct{}
 	recent *recentSet
 	// pause holds the publish-first lane after a broker-wide failure.
-	pause lanePause
-	fleet *fleetMember
+	pause     lanePause
+	ownedWake chan struct{} // wakes ServeOwned
+	fleet     *fleetMember
 }
 
 // Start modes (Config.StartMode).
@@ -176,6 +177,7 @@ func New(cfg Config) (*Poller, error) {
 		m = cfg.Metrics
 	}
 	p := &Poller{cfg: cfg, metrics: m, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
+		ownedWake: make(chan struct{}, 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
 		recent: newRecentSet(cfg.SignalWindow, recentMax)}
 	p.fleet = newFleetMember(p)
@@ -233,9 +235,9 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("poller: Config.StartMode %q: use %q or %q", cfg.StartMode, StartOneShot, StartKeepAlive)
 	case cfg.Lane != LaneWorkflow && cfg.Lane != LanePublishFirst:
 		return fmt.Errorf("poller: Config.Lane %q: use %q or %q", cfg.Lane, LaneWorkflow, LanePublishFirst)
-	case cfg.Lease <= cfg.MarkTimeout+brokerCloseWait && cfg.Lane == LanePublishFirst:
-		return fmt.Errorf("poller: Config.Lease %s must exceed MarkTimeout %s + %s for the broker's close in the publish-first lane",
-			cfg.Lease, cfg.MarkTimeout, brokerCloseWait)
+	case cfg.Lane == LanePublishFirst && (cfg.Lease <= cfg.MarkTimeout+brokerCloseWait+time.Second || cfg.Lease <= LaneHeartbeat(cfg.Lease)*7/2+time.Second):
+		return fmt.Errorf("poller: Config.Lease %s is too short for the publish-first lane: it must leave at least 1s to publish after MarkTimeout %s, the broker's close (%s) and 3.5 heartbeats (%s)",
+			cfg.Lease, cfg.MarkTimeout, brokerCloseWait, LaneHeartbeat(cfg.Lease))
 	}
 	return nil
 }
@@ -251,6 +253,7 @@ func (p *Poller) Start(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { p.listen(ctx) })
 		wg.Go(func() { p.loop(ctx) })
+		wg.Go(func() { p.ServeOwned(ctx) })
 		wg.Wait()
 	})
 	if err != nil {
@@ -322,7 +325,7 @@ func (p *Poller) drain(ctx context.Context) error {
 // round would find more.
 func (p *Poller) round(ctx context.Context) (int, bool, error) {
 	if p.cfg.Lane == LanePublishFirst {
-		return p.laneRound(ctx, nil)
+		return p.directRound(ctx, nil)
 	}
 	n, err := p.runWorkflowOnce(ctx)
 	return n, n >= p.cfg.BatchSize, err

@@ -30,14 +30,16 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 		Revision:      workflows.CurrentRevision,
 	}
 	if g.epoch > 0 {
-		// The publish-first lane: the workflow owns the aggregate.
+		// The publish-first lane: the workflow owns the aggregate, handed
+		// over for a reason (a failed publish, an event that needs it, a
+		// repair): a run that starts goes to the regular path first.
 		in.Revision, in.Epoch = workflows.LaneRevision, g.epoch
+		in.Handoff, in.HandoffCause = true, g.cause
 	}
 	parts := chunks(g.events, maxRefsPerDispatch)
 	how := DispatchSignal
 	switch {
 	case g.handoff:
-		in.Handoff, in.HandoffCause = true, g.cause
 		started, err := p.startOneShot(ctx, id, parts[0], in)
 		if err != nil {
 			return err
@@ -67,7 +69,7 @@ func (p *Poller) signal(ctx context.Context, g *aggregateGroup) (err error) {
 	// version order: the run started above, or an open one, takes them.
 	for _, part := range parts {
 		_, err = p.cfg.Temporal.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
-			workflows.EventsSignalArg{Events: part, Epoch: g.epoch},
+			workflows.EventsSignalArg{Events: part, Epoch: g.epoch, Handoff: g.handoff},
 			client.StartWorkflowOptions{ID: id, TaskQueue: p.cfg.TaskQueue},
 			workflows.AggregateWorkflowName, in)
 		if err != nil {

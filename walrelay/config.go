@@ -25,6 +25,9 @@ type Dispatcher interface {
 	// aggregates (Lane says which lane the poller runs).
 	RelayAggregates(ctx context.Context, keys []outbox.AggregateKey) (int, error)
 	Lane() string
+	// ServeOwned runs the lane's workflow side until ctx ends (at once
+	// in the workflow lane).
+	ServeOwned(ctx context.Context)
 	JoinFleet(ctx context.Context) error
 	LeaveFleet()
 }

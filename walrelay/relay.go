@@ -90,6 +90,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { r.catchUpLoop(ctx) })
 		wg.Go(func() { r.streamLoop(ctx) })
+		wg.Go(func() { r.cfg.Poller.ServeOwned(ctx) })
 		wg.Wait()
 	})
 	if err != nil {

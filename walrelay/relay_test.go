@@ -125,6 +125,7 @@ func (r *recorder) Drain(ctx context.Context) (int, error) {
 func (r *recorder) Lane() string                    { return poller.LaneWorkflow }
 func (r *recorder) JoinFleet(context.Context) error { return nil }
 func (r *recorder) LeaveFleet()                     {}
+func (r *recorder) ServeOwned(context.Context)      {}
 func (r *recorder) RelayAggregates(context.Context, []outbox.AggregateKey) (int, error) {
 	return 0, errors.New("the recorder runs the workflow lane")
 }

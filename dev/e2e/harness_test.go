@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -173,7 +174,9 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 		var target fdelivery.Target
 		var needs func(string, string) bool
 		if o.lane == poller.LanePublishFirst {
-			lp, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
+			lease := cmp.Or(o.lease, 30*time.Second)
+			lp, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes,
+				Heartbeat: poller.LaneHeartbeat(lease)})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = lp.Close() })
 			target, err = fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: lp, TracerProvider: o.tracer})
