@@ -178,8 +178,8 @@ func New(cfg Config) (*Poller, error) {
 	}
 	p := &Poller{cfg: cfg, metrics: m, log: cfg.Logger.With("component", "poller", "poller", cfg.Name), wake: make(chan struct{}, 1),
 		ownedWake: make(chan struct{}, 1),
-		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
-		recent: newRecentSet(cfg.SignalWindow, recentMax)}
+		tracer:    cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/poller"),
+		recent:    newRecentSet(cfg.SignalWindow, recentMax)}
 	p.fleet = newFleetMember(p)
 	return p, nil
 }
