@@ -249,11 +249,16 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 		c     claimed
 	)
 	_, err = pgx.ForEachRow(rs, []any{&k.Type, &k.ID, &epoch, &c.id, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts}, func() error {
+		// A line is an owned aggregate (its epoch) or a claimed row (its
+		// aggregate's, in any order).
 		a := byKey[k]
 		if a == nil {
-			a = &laneAggregate{aggType: k.Type, aggID: k.ID, epoch: epoch}
+			a = &laneAggregate{aggType: k.Type, aggID: k.ID}
 			byKey[k] = a
 			out = append(out, a)
+		}
+		if epoch > 0 {
+			a.epoch = epoch
 		}
 		if c.id != "" {
 			c.aggType, c.aggID = k.Type, k.ID
