@@ -463,18 +463,17 @@ type markResult struct {
 // mark runs one of the lane's mark statements over aggs.
 func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pause time.Duration, downErr error) (map[*laneAggregate]markResult, error) {
 	n := len(aggs)
-	types, ids, epochs, upto := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
+	types, ids, epochs, upto, lo := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	handoff, causes, handed := make([]bool, n), make([]string, n), make([]int64, n)
-	var confirmed, backoffIDs []string
+	var backoffIDs []string
 	byKey := make(map[outbox.AggregateKey]*laneAggregate, n)
 	for i, a := range aggs {
 		types[i], ids[i], epochs[i] = a.aggType, a.aggID, a.epoch
 		byKey[outbox.AggregateKey{Type: a.aggType, ID: a.aggID}] = a
 		if a.confirmed > 0 {
-			upto[i] = a.events[a.confirmed-1].version
-		}
-		for _, e := range a.events[:a.confirmed] {
-			confirmed = append(confirmed, e.id)
+			// Contiguous versions (the claim's run): the statement marks
+			// the range.
+			lo[i], upto[i] = a.events[0].version, a.events[a.confirmed-1].version
 		}
 		if h, from := a.handoff(); h {
 			handoff[i] = true
@@ -495,7 +494,7 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	if downErr != nil {
 		msg = pgtext.Truncate("the publish-first lane paused after a broker-wide failure: "+downErr.Error(), 1000)
 	}
-	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, confirmed, pause, msg, backoffIDs)
+	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, lo, pause, msg, backoffIDs)
 	if err != nil {
 		return nil, err
 	}
