@@ -370,6 +370,9 @@ func registerMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (m *metrics.
 	if err = t.Register(metrics.NewOutboxCollector(pool)); err != nil {
 		return nil, nil, nil, fmt.Errorf("register outbox collector: %w", err)
 	}
+	if err = t.Register(metrics.NewLaneCollector(pool)); err != nil {
+		return nil, nil, nil, fmt.Errorf("register lane collector: %w", err)
+	}
 	return m, mm, t.unregisterAll, nil
 }
 

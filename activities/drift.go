@@ -287,8 +287,9 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 	if len(lost) > 0 {
 		add(workflows.DriftSignalLost,
 			fmt.Sprintf("rows %s are dispatched but the running workflow does not hold them (delivered %d, pending %s)", versions(lost), st.Delivered, versions(st.Pending)),
-			fmt.Sprintf("the reconciler re-dispatches those dispatched before this run started (the run they were signalled to ended) "+
-				"once they are %s old; otherwise set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): %s",
+			fmt.Sprintf("their signals went to a run that ended: the reconciler re-dispatches them once they are %s old "+
+				"(only those dispatched before this run started while the run has signals it has not taken, state.unread); "+
+				"to do it now, set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): %s",
 				in.ReconcileAfter, outbox.AdviceRequeue(k.Type, k.ID, "dispatched")))
 	}
 	return out

@@ -106,14 +106,22 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 //
 //   - the workflow has no open run (terminated, failed, timed out,
 //     completed, reset away, lost with a namespace): all its stuck rows;
-//   - its open run started after some rows were dispatched (a later event
-//     started it once the run they were signalled to had ended) and its
-//     state (query "ferry.state") neither holds them nor has delivered
-//     them: those rows. The run waits for them for ever otherwise.
+//   - its open run's state (query "ferry.state") neither holds some rows
+//     nor has delivered them, and either they were dispatched before the
+//     run started (a later event started it once the run they were
+//     signalled to had ended) or the run has taken every signal it got
+//     (State.Unread is 0), so their signals went to a run that ended,
+//     whenever the rows were marked (a run that died between Temporal
+//     taking a signal and the mark): those rows. The run waits for them
+//     for ever otherwise.
 //
-// Rows an open run may hold are left alone: those dispatched after it
-// started (it may wait for a gap, or hold them behind a quarantined
-// event), and all of them when it does not answer the query. Every update
+// Rows an open run may hold are left alone: those it holds, those
+// dispatched after it started while it has signals it has not taken (a
+// blocked run without MaxBlockedRefs leaves them in its channel, or a
+// worker from before State.Unread answered), and all of them when it does
+// not answer the query (Temporal answers a query only once the run has
+// taken what was signalled before it, so a signal Temporal accepted is in
+// the answer, held or unread). Every update
 // is conditional on the dispatch the pass looked at (status dispatched,
 // dispatched before the pass's cut-off), so a row re-dispatched meanwhile
 // is never touched; a repeat signal to a run that holds a row is dropped
@@ -154,18 +162,14 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 	return res, nil
 }
 
-// takeBackQuiet: an aggregate is taken back only when no relay handed its
-// workflow anything for this long, far longer than a dispatch can take
-// (it ends within the poller's lease): a start in flight may be about to
-// open a new run.
-const takeBackQuiet = 2 * time.Minute
-
 // takeBack gives aggregates back to the publish-first lane whose owning
 // workflow has no open run (terminated, timed out, failed, reset away)
 // and so will never release them: the owner row goes, the rows dispatched
 // to the workflow are pending again, and the lane publishes them.
-// Aggregates owned for less than age are not looked at; an open run
-// keeps its aggregate, however long.
+// Aggregates owned for less than age, or handed rows within age (a
+// dispatch ends within the poller's lease, far less: a start in flight
+// may be about to open a new run), are not taken back; an open run keeps
+// its aggregate, however long.
 func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *workflows.ReconcileResult) error {
 	owned, err := outbox.WorkflowOwnedSince(ctx, a.pool, age, 1000)
 	if err != nil {
@@ -188,7 +192,7 @@ func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *work
 		default:
 			status = d.GetWorkflowExecutionInfo().GetStatus().String()
 		}
-		took, rows, err := outbox.TakeBack(ctx, a.pool, o.Type, o.ID, o.Epoch, takeBackQuiet, fmt.Sprintf(
+		took, rows, err := outbox.TakeBack(ctx, a.pool, o.Type, o.ID, o.Epoch, age, fmt.Sprintf(
 			"re-queued by the reconciler: workflow %s owned the aggregate (epoch %d) but was %s, so it gave the aggregate back to the publish-first lane",
 			wfID, o.Epoch, status))
 		if err != nil {
@@ -236,17 +240,11 @@ func (a *Maintenance) reconcileAggregate(ctx context.Context, ag outbox.Aggregat
 	return n, metrics.ReconcileNotRunning, nil
 }
 
-// reconcileOpenRun re-dispatches the aggregate's stuck rows that were
-// dispatched before its open run started and that the run neither holds
-// nor has delivered: they were signalled to a run that ended.
+// reconcileOpenRun re-dispatches the aggregate's stuck rows that its open
+// run neither holds nor has delivered, and that it cannot have unread:
+// they were signalled to a run that ended.
 func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateKey, wfID string, run *workflowpb.WorkflowExecutionInfo, before time.Time, res *workflows.ReconcileResult) (int64, string, error) {
-	// Rows dispatched after the run started may sit in its signal channel,
-	// unread while it is blocked, so only older ones are candidates; a row
-	// is marked dispatched after Temporal accepted its signal, so one
-	// marked before the run started was signalled to an earlier run.
-	// (dispatched_at is PostgreSQL's clock, the start time Temporal's.)
-	started := run.GetStartTime().AsTime()
-	rows, err := outbox.StuckRows(ctx, a.pool, ag.Type, ag.ID, minTime(before, started))
+	rows, err := outbox.StuckRows(ctx, a.pool, ag.Type, ag.ID, before)
 	if err != nil {
 		return 0, "", fmt.Errorf("read stuck rows of %s: %w", wfID, err)
 	}
@@ -254,8 +252,9 @@ func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateK
 		return 0, "", nil
 	}
 	// The current run, not necessarily the one described: a run it
-	// continued as new from carries the held references in its input, and
-	// any run is younger than the candidates.
+	// continued as new from carries the held references in its input (and
+	// takes every signal before it continues), and any run is younger than
+	// the rows dispatched before the described one started.
 	runID := run.GetExecution().GetRunId()
 	st, err := a.queryState(ctx, wfID)
 	if err != nil {
@@ -263,13 +262,16 @@ func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateK
 		activity.GetLogger(ctx).Warn("reconciler: query workflow state", "workflow_id", wfID, "run_id", runID, "error", err)
 		return 0, "", nil
 	}
+	rows, allRead := notUnread(rows, run.GetStartTime().AsTime(), st.Unread)
+	msg := "re-dispatched by the reconciler: the open run of workflow %s (run %s) started after this row was dispatched and does not hold it (the run it was signalled to ended)"
+	if allRead {
+		msg = "re-dispatched by the reconciler: the open run of workflow %s (run %s) does not hold this row and has taken every signal it got (the run it was signalled to ended)"
+	}
 	ids, lost := notHeld(rows, st)
 	if len(ids) == 0 {
 		return 0, "", nil
 	}
-	n, err := outbox.RedispatchRows(ctx, a.pool, ids, before, fmt.Sprintf(
-		"re-dispatched by the reconciler: the open run of workflow %s (run %s) started after this row was dispatched and does not hold it (the run it was signalled to ended)",
-		wfID, runID))
+	n, err := outbox.RedispatchRows(ctx, a.pool, ids, before, fmt.Sprintf(msg, wfID, runID))
 	if err != nil {
 		return 0, "", fmt.Errorf("re-dispatch %s: %w", wfID, err)
 	}
@@ -279,6 +281,22 @@ func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateK
 			"run_delivered", st.Delivered, "run_pending", versions(st.Pending))
 	}
 	return n, metrics.ReconcileNotHeld, nil
+}
+
+// notUnread picks the rows whose signal the open run cannot have left
+// unread: all of them when the run has taken every signal it got (unread
+// is 0; allRead), else only those dispatched before the run started. A row
+// dispatched after it started may sit in its signal channel (a blocked run
+// without MaxBlockedRefs leaves them there; a nil unread is a worker from
+// before State.Unread); a row is marked dispatched after Temporal accepted
+// its signal, so one marked before the run started was signalled to an
+// earlier run. (dispatched_at is PostgreSQL's clock, the start time
+// Temporal's.) Pure, for a table test.
+func notUnread(rows []outbox.StuckRow, started time.Time, unread *int) (out []outbox.StuckRow, allRead bool) {
+	if unread != nil && *unread == 0 {
+		return rows, true
+	}
+	return slices.DeleteFunc(rows, func(r outbox.StuckRow) bool { return !r.DispatchedAt.Before(started) }), false
 }
 
 // notHeld picks the rows a run's state neither holds (pending, being
@@ -306,11 +324,4 @@ func (a *Maintenance) queryState(ctx context.Context, id string) (workflows.Stat
 		err = v.Get(&st)
 	}
 	return st, err
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

@@ -1,8 +1,10 @@
 package activities
 
 import (
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -42,6 +44,43 @@ func TestNotHeldPicksRowsTheRunCannotPublish(t *testing.T) {
 			for i, v := range tc.want {
 				require.Equal(t, "e"+strconv.FormatInt(v, 10), ids[i])
 			}
+		})
+	}
+}
+
+// Rows dispatched after the open run started are candidates only when the
+// run has taken every signal it got: otherwise their signals may wait in
+// its channel.
+func TestNotUnreadKeepsWhatTheRunMayNotHaveRead(t *testing.T) {
+	t.Parallel()
+	started := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	rows := []outbox.StuckRow{
+		{ID: "before", Version: 1, DispatchedAt: started.Add(-time.Minute)},
+		{ID: "after", Version: 2, DispatchedAt: started.Add(time.Minute)},
+	}
+	n := func(v int) *int { return &v }
+	ids := func(rs []outbox.StuckRow) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		unread  *int
+		want    []string
+		allRead bool
+	}{
+		{"every signal taken: a row marked after the run started was signalled to one that ended", n(0), []string{"before", "after"}, true},
+		{"signals waiting in the channel", n(3), []string{"before"}, false},
+		{"a worker from before State.Unread", nil, []string{"before"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, allRead := notUnread(slices.Clone(rows), started, tc.unread)
+			require.Equal(t, tc.want, ids(got))
+			require.Equal(t, tc.allRead, allRead)
 		})
 	}
 }

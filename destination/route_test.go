@@ -128,7 +128,15 @@ func TestTemplateRendersAndRefuses(t *testing.T) {
 		require.ErrorIs(t, err, ErrPermanent, text)
 		require.ErrorContains(t, err, want, text)
 	}
-	tpl, err := compileTemplate("{payload.s}")
+	// {aggregate_id} is the id as written: one outside ASCII (schema 0012)
+	// yields an ID Temporal refuses, and no escape could tell it apart
+	// from an ASCII id in a template of the user's.
+	tpl, err := compileTemplate("fulfil-{aggregate_id}")
+	require.NoError(t, err)
+	_, err = tpl.render(Envelope{AggregateType: "order", AggregateID: "müller"})
+	require.ErrorIs(t, err, ErrPermanent)
+	require.ErrorContains(t, err, `yields "fulfil-müller", which has bytes outside printable ASCII`)
+	tpl, err = compileTemplate("{payload.s}")
 	require.NoError(t, err)
 	_, err = tpl.render(Envelope{Payload: json.RawMessage(`[1]`)})
 	require.True(t, errors.Is(err, ErrPermanent))

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,11 +34,14 @@ func printableASCII() string {
 	return b.String()
 }
 
-// Validate's rule for AggregateID is the Temporal client's own: for every
-// byte value, an id with it is refused by Validate exactly when the SDK
-// refuses the workflow ID before sending anything (gRPC checks the
-// temporal-resource-id header). If an SDK or gRPC upgrade changes the rule,
-// this fails.
+// Why aggregate ids are escaped, and that the escape is enough: for every
+// byte value and a set of characters outside ASCII, the Temporal client
+// refuses the workflow ID "ferry/order/<id>" before sending anything (gRPC
+// checks the temporal-resource-id header) exactly when the id has a byte
+// outside printable ASCII, and never refuses workflows.WorkflowID's ID,
+// which reaches the frontend whatever the id. Validate refuses exactly the
+// ids no encoding saves: invalid UTF-8 and control characters. If an SDK or
+// gRPC upgrade changes the header's rule, this fails.
 func TestAggregateIDRuleIsTheTemporalClients(t *testing.T) {
 	t.Parallel()
 	w, err := outbox.NewWriter(outbox.Config{})
@@ -76,8 +81,7 @@ func TestAggregateIDRuleIsTheTemporalClients(t *testing.T) {
 
 	// refusedByClient reports whether the SDK refused the workflow ID
 	// before sending it (false: the frontend got it), or why neither.
-	refusedByClient := func(aggID string) (bool, error) {
-		id := workflows.WorkflowID("order", aggID)
+	refusedByClient := func(id string) (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		cancels.Store(id, cancel)
@@ -96,31 +100,59 @@ func TestAggregateIDRuleIsTheTemporalClients(t *testing.T) {
 	_, err = refusedByClient("warm-up") // the client's first call also asks for the server's capabilities
 	require.NoError(t, err)
 
-	type verdict struct {
-		validate, temporal bool
-		err                error
+	// Every byte but NUL (PostgreSQL text cannot hold it, and Validate
+	// refuses it: TestValidate) alone, so 0x80-0xFF are invalid UTF-8; and
+	// characters of 2, 3 and 4 bytes, C1 controls and the edges around them.
+	var ids []string
+	for b := 1; b < 256; b++ {
+		ids = append(ids, "o-"+string([]byte{byte(b)})+"-1")
 	}
-	verdicts := make([]verdict, 256)
+	for _, r := range []rune{0x80, 0x85, 0x9f, 0xa0, 0xad, 0xfc, 0x7ff, 0x800, 0x200b, 0x202e, 0x2028, 0x3000, 0x88fd,
+		0xfeff, 0xfffd, 0xffff, 0x10000, 0x1f3ab, 0xe0001, 0x10fffd} {
+		ids = append(ids, "o-"+string(r)+"-1")
+	}
+	ids = append(ids, "m~C3~BCller", strings.Repeat("🎫", 50), "\xed\xa0\x80") // an escape spelled out; 200 bytes; a surrogate
+
+	type verdict struct {
+		validate, plain, escaped bool // refused by Validate; by the client, as it is and escaped
+		err                      error
+	}
+	verdicts := make([]verdict, len(ids))
 	var wg sync.WaitGroup
-	for i := 1; i < len(verdicts); i++ { // NUL: PostgreSQL text cannot hold it, and Validate refuses it (TestValidate)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ev := event("order", "o-"+string([]byte{byte(i)})+"-1")
-			refused, err := refusedByClient(ev.AggregateID)
-			verdicts[i] = verdict{validate: w.Validate(ev) != nil, temporal: refused, err: err}
-		}()
+	for i, id := range ids {
+		wg.Go(func() {
+			v := verdict{validate: w.Validate(event("order", id)) != nil}
+			if v.plain, v.err = refusedByClient("ferry/order/" + id); v.err == nil {
+				v.escaped, v.err = refusedByClient(workflows.WorkflowID("order", id))
+			}
+			verdicts[i] = v
+		})
 	}
 	wg.Wait()
 	accepted := 0
-	for i, v := range verdicts[1:] {
-		require.NoError(t, v.err, "byte 0x%02x", i+1)
-		require.Equal(t, v.temporal, v.validate, "byte 0x%02x: the Temporal client refuses it: %v, Validate refuses it: %v", i+1, v.temporal, v.validate)
+	for i, v := range verdicts {
+		id := ids[i]
+		require.NoError(t, v.err, "%q", id)
+		require.False(t, v.escaped, "%q: the client refuses its workflow ID %q", id, workflows.WorkflowID("order", id))
+		require.Equal(t, !plainASCII(id), v.plain, "%q: the client refuses it as it is: %v", id, v.plain)
+		wantRefused := !utf8.ValidString(id) || strings.ContainsFunc(id, unicode.IsControl)
+		require.Equal(t, wantRefused, v.validate, "%q: Validate refuses it: %v", id, v.validate)
 		if !v.validate {
 			accepted++
 		}
 	}
-	require.Equal(t, 0x7e-0x20+1, accepted, "printable ASCII only")
+	// Printable ASCII (0x20-0x7E), every character above but the three C1
+	// controls, and the three extra ids but the surrogate.
+	require.Equal(t, 0x7e-0x20+1+20-3+2, accepted)
+}
+
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 type systemInfoOnly struct {

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -32,12 +35,14 @@ type Event struct {
 	// AggregateType names the kind of entity, e.g. "order". Letters, digits,
 	// '_', '.', '-'; at most 100 bytes. Part of the routing key.
 	AggregateType string
-	// AggregateID identifies the entity within its type: 1-200 printable
-	// ASCII characters (0x20-0x7E, space included). It becomes part of the
-	// Temporal workflow ID "ferry/<type>/<id>", which the Temporal client
-	// sends in a gRPC header, and gRPC refuses any other byte there (control
-	// characters, and every byte of a non-ASCII character): such an event
-	// could never be delivered. Never put personal data here.
+	// AggregateID identifies the entity within its type: 1-200 bytes of
+	// valid UTF-8 without control characters (C0, DEL, C1), so "müller" or
+	// "製品-7" do. It becomes part of the Temporal workflow ID: an id of
+	// printable ASCII as it is ("ferry/<type>/<id>"), any other escaped
+	// (workflows.WorkflowID). The limit counts bytes, not characters, so that
+	// the escaped form stays under Temporal's ID length limit. The row, the
+	// AMQP headers and a workflow destination's envelope carry the id as
+	// written. Never put personal data here.
 	AggregateID string
 	// AggregateVersion is the event's position within its aggregate, 1, 2, 3…
 	// Zero lets Ferry assign the next one. A caller with its own
@@ -153,11 +158,9 @@ func (w *Writer) Validate(ev Event) error {
 	case ev.AggregateID == "":
 		return bad("AggregateID", "is empty")
 	case len(ev.AggregateID) > MaxAggregateIDBytes:
-		return bad("AggregateID", "is %d bytes, over the limit of %d", len(ev.AggregateID), MaxAggregateIDBytes)
-	case unprintable(ev.AggregateID) >= 0:
-		i := unprintable(ev.AggregateID)
-		return bad("AggregateID", "has byte 0x%02x at offset %d: use printable ASCII (0x20-0x7E), the only bytes Temporal takes in a workflow ID",
-			ev.AggregateID[i], i)
+		return bad("AggregateID", "is %d bytes of UTF-8, over the limit of %d", len(ev.AggregateID), MaxAggregateIDBytes)
+	case undeliverable(ev.AggregateID) != "":
+		return bad("AggregateID", "%s", undeliverable(ev.AggregateID))
 	case ev.EventType == "":
 		return bad("EventType", "is empty")
 	case !namePattern.MatchString(ev.EventType):
@@ -176,23 +179,29 @@ func (w *Writer) Validate(ev Event) error {
 	return ValidatePayload(ev.Payload, w.cfg.MaxPayloadBytes)
 }
 
-// MaxAggregateIDBytes is the longest AggregateID, as the schema checks it
-// (outbox_events_aggregate_id_check). With AggregateType's 100 bytes the
-// workflow ID stays at most 307 bytes, well under Temporal's limit
-// (limit.maxIDLength, 1000 by default).
+// MaxAggregateIDBytes is the longest AggregateID in bytes of UTF-8, as the
+// schema checks it (outbox_events_aggregate_id_bytes; for ASCII also
+// outbox_events_aggregate_id_check's 200 characters). With AggregateType's
+// 100 bytes the workflow ID stays at most workflows.MaxWorkflowIDBytes (708
+// bytes, escapes included), under Temporal's limit (limit.maxIDLength, 1000
+// by default).
 const MaxAggregateIDBytes = 200
 
-// unprintable is the offset of the first byte of s outside printable ASCII
-// (0x20-0x7E), or -1. gRPC refuses any other byte in a header value, and the
-// Temporal client sends the workflow ID in one (temporal-resource-id). The
-// schema checks the same (outbox_events_aggregate_id_printable).
-func unprintable(s string) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return i
+// undeliverable says what no workflow ID encoding can save in an aggregate
+// id, naming the offset: invalid UTF-8, or a control character (C0, DEL,
+// C1: unicode.IsControl), which would show in no list and break terminals.
+// Empty: the id is fine. The schema checks the same
+// (outbox_events_aggregate_id_printable, in a UTF8 database).
+func undeliverable(s string) string {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			return fmt.Sprintf("has byte 0x%02x at offset %d, which is not valid UTF-8", s[i], i)
+		case unicode.IsControl(r):
+			return fmt.Sprintf("has control character %U at offset %d: use printable characters", r, i)
 		}
 	}
-	return -1
+	return ""
 }
 
 // ValidatePayload checks a payload the way Validate does: a non-empty JSON
@@ -373,6 +382,7 @@ var checkedField = map[string]string{
 	"outbox_events_aggregate_type_check":    "AggregateType",
 	"outbox_events_aggregate_id_check":      "AggregateID",
 	"outbox_events_aggregate_id_printable":  "AggregateID",
+	"outbox_events_aggregate_id_bytes":      "AggregateID",
 	"outbox_events_aggregate_version_check": "AggregateVersion",
 	"outbox_events_event_type_check":        "EventType",
 	"outbox_events_schema_version_check":    "SchemaVersion",

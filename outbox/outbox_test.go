@@ -175,6 +175,13 @@ func TestValidate(t *testing.T) {
 		}},
 		{name: "AggregateID of exactly 200 bytes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("~", 200) }},
 		{name: "AggregateID of every printable ASCII byte", mutate: func(e *outbox.Event) { e.AggregateID = printableASCII() }},
+		{name: "AggregateID outside ASCII", mutate: func(e *outbox.Event) { e.AggregateID = "bestellung-ä" }},
+		{name: "AggregateID of 100 two-byte runes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("é", 100) }},
+		{name: "AggregateID in Japanese", mutate: func(e *outbox.Event) { e.AggregateID = "製品-7" }},
+		{name: "AggregateID of four-byte runes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("🎫", 50) }},
+		{name: "AggregateID with a no-break space", mutate: func(e *outbox.Event) { e.AggregateID = "a\u00a0b" }},
+		{name: "AggregateID with a format character", mutate: func(e *outbox.Event) { e.AggregateID = "a\u200bb" }},
+		{name: "AggregateID with U+FFFD itself", mutate: func(e *outbox.Event) { e.AggregateID = "a\ufffdb" }},
 		{name: "payload of exactly the limit", mutate: func(e *outbox.Event) { e.Payload = []byte(`"` + strings.Repeat("x", 62) + `"`) }},
 		{name: "AggregateType of exactly 100 bytes", mutate: func(e *outbox.Event) { e.AggregateType = strings.Repeat("a", 100) }},
 
@@ -187,11 +194,14 @@ func TestValidate(t *testing.T) {
 		{name: "AggregateID over 200 bytes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("a", 201) }, wantField: "AggregateID"},
 		{name: "AggregateID of 101 two-byte runes", mutate: func(e *outbox.Event) { e.AggregateID = strings.Repeat("é", 101) }, wantField: "AggregateID"},
 		{name: "AggregateID not UTF-8", mutate: func(e *outbox.Event) { e.AggregateID = "o-\xff" }, wantField: "AggregateID"},
+		{name: "AggregateID with a cut UTF-8 sequence", mutate: func(e *outbox.Event) { e.AggregateID = "m\xc3ller" }, wantField: "AggregateID"},
+		{name: "AggregateID with an encoded surrogate", mutate: func(e *outbox.Event) { e.AggregateID = "o-\xed\xa0\x80" }, wantField: "AggregateID"},
+		{name: "C1 control character in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o\u00851" }, wantField: "AggregateID"},
+		{name: "last C1 control character in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o\u009f" }, wantField: "AggregateID"},
 		{name: "NUL byte in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o-\x001" }, wantField: "AggregateID"},
 		{name: "control character in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "nul\x01ctl" }, wantField: "AggregateID"},
 		{name: "tab in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o\t1" }, wantField: "AggregateID"},
 		{name: "DEL in AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "o\x7f1" }, wantField: "AggregateID"},
-		{name: "non-ASCII AggregateID", mutate: func(e *outbox.Event) { e.AggregateID = "bestellung-ä" }, wantField: "AggregateID"},
 		{name: "control character in AggregateType", mutate: func(e *outbox.Event) { e.AggregateType = "ord\x01er" }, wantField: "AggregateType"},
 		{name: "newline at the end of AggregateType", mutate: func(e *outbox.Event) { e.AggregateType = "order\n" }, wantField: "AggregateType"},
 		{name: "control character in EventType", mutate: func(e *outbox.Event) { e.EventType = "cre\x01ated" }, wantField: "EventType"},
@@ -234,6 +244,23 @@ func TestValidate(t *testing.T) {
 			require.Contains(t, err.Error(), "event 1 of the batch")
 			require.Zero(t, db.calls)
 		})
+	}
+}
+
+// What Validate says about an aggregate id no workflow ID can carry names
+// the problem and where it is.
+func TestValidateNamesTheAggregateIDProblem(t *testing.T) {
+	t.Parallel()
+	w, err := outbox.NewWriter(outbox.Config{})
+	require.NoError(t, err)
+	for id, want := range map[string]string{
+		"m\xc3ller":             "AggregateID has byte 0xc3 at offset 1, which is not valid UTF-8",
+		"müller\xff":            "AggregateID has byte 0xff at offset 7, which is not valid UTF-8",
+		"o\t1":                  "AggregateID has control character U+0009 at offset 1: use printable characters",
+		"ü\u0085":               "AggregateID has control character U+0085 at offset 2: use printable characters",
+		strings.Repeat("製", 67): "AggregateID is 201 bytes of UTF-8, over the limit of 200",
+	} {
+		require.EqualError(t, w.Validate(event("order", id)), "invalid outbox event: "+want, "%q", id)
 	}
 }
 

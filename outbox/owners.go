@@ -282,6 +282,7 @@ func HandToWorkflow(ctx context.Context, tx Queryer, aggregateType, aggregateID,
 type WorkflowOwned struct {
 	AggregateKey
 	Epoch    int64
+	Cause    string
 	HandedAt time.Time
 	Since    time.Time
 }
@@ -289,7 +290,7 @@ type WorkflowOwned struct {
 // sqlWorkflowOwned lists aggregates workflows have owned longer than $1,
 // oldest first.
 const sqlWorkflowOwned = `
-SELECT aggregate_type, aggregate_id, epoch, coalesce(handed_at, since), since FROM outbox_owners
+SELECT aggregate_type, aggregate_id, epoch, coalesce(cause, ''), coalesce(handed_at, since), since FROM outbox_owners
 WHERE owner = 'workflow' AND since < now() - $1::interval
 ORDER BY since
 LIMIT $2`
@@ -303,7 +304,7 @@ func WorkflowOwnedSince(ctx context.Context, db Queryer, age time.Duration, limi
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkflowOwned, error) {
 		var w WorkflowOwned
-		return w, r.Scan(&w.Type, &w.ID, &w.Epoch, &w.HandedAt, &w.Since)
+		return w, r.Scan(&w.Type, &w.ID, &w.Epoch, &w.Cause, &w.HandedAt, &w.Since)
 	})
 }
 
@@ -367,4 +368,38 @@ func ReadLaneCounts(ctx context.Context, db Queryer) (LaneCounts, error) {
 	}
 	c.OldestWorkflow = time.Duration(oldest * float64(time.Second))
 	return c, nil
+}
+
+// Relay is one row of the relays' registry (ferry_relays).
+type Relay struct {
+	Name, Lane, Source string
+	StartedAt          time.Time
+	// Seen is how long ago the relay last refreshed its row.
+	Seen time.Duration
+}
+
+// sqlRelays lists the registered relays, the most recently seen first.
+const sqlRelays = `
+SELECT name, lane, source, started_at, extract(epoch FROM now() - seen_at) FROM ferry_relays
+ORDER BY seen_at DESC LIMIT 100`
+
+// Relays lists the relays registered in ferry_relays (at most 100), the
+// most recently seen first; a relay not seen for 30s is gone (poller's
+// registry).
+func Relays(ctx context.Context, db Queryer) ([]Relay, error) {
+	rows, err := db.Query(ctx, sqlRelays)
+	if err != nil {
+		return nil, fmt.Errorf("read the relays' registry: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Relay, error) {
+		var x Relay
+		var seen float64
+		err := r.Scan(&x.Name, &x.Lane, &x.Source, &x.StartedAt, &seen)
+		x.Seen = time.Duration(seen * float64(time.Second))
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the relays' registry: %w", err)
+	}
+	return out, nil
 }

@@ -79,6 +79,11 @@ const brokerCloseWait = broker.CloseWait
 // claim takes.
 const maxDirectRun = 500
 
+// maxDirectRows bounds the rows of one direct claim, and so the payloads
+// one round holds in memory: as many as the workflow lane's claim takes
+// (BatchSize oldest rows and claimExtension times as many more).
+func (p *Poller) maxDirectRows() int { return (1 + claimExtension) * p.cfg.BatchSize }
+
 // publishConcurrency is how many aggregates' publishes are in flight at
 // once: each waits for its own confirms on the shared channel.
 const publishConcurrency = 256
@@ -233,10 +238,10 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 	var rs pgx.Rows
 	var err error
 	if only == nil {
-		rs, err = p.cfg.Pool.Query(ctx, sqlLaneClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name, maxDirectRun)
+		rs, err = p.cfg.Pool.Query(ctx, sqlLaneClaim, p.cfg.BatchSize, p.cfg.Lease, p.cfg.Name, maxDirectRun, p.maxDirectRows())
 	} else {
 		types, ids := splitKeys(only)
-		rs, err = p.cfg.Pool.Query(ctx, sqlLaneClaimOf, len(only), p.cfg.Lease, p.cfg.Name, maxDirectRun, types, ids)
+		rs, err = p.cfg.Pool.Query(ctx, sqlLaneClaimOf, len(only), p.cfg.Lease, p.cfg.Name, maxDirectRun, p.maxDirectRows(), types, ids)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)

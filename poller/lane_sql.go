@@ -25,7 +25,8 @@ import (
 // others. The scan follows the pending rows' index on next_attempt_at
 // (0001); the checks are primary-key lookups.
 const laneCandidates = `
-    SELECT e.aggregate_type, e.aggregate_id, a.delivered_version
+    SELECT e.aggregate_type, e.aggregate_id, a.delivered_version,
+           row_number() OVER (ORDER BY e.next_attempt_at) AS rank
     FROM outbox_events e
     JOIN outbox_aggregates a ON a.aggregate_type = e.aggregate_type AND a.aggregate_id = e.aggregate_id
     WHERE e.status = 'pending' AND e.next_attempt_at <= now()
@@ -36,12 +37,13 @@ const laneCandidates = `
     ORDER BY e.next_attempt_at
     LIMIT $1`
 
-// laneCandidatesOf is laneCandidates for given aggregates ($5, $6: their
+// laneCandidatesOf is laneCandidates for given aggregates ($6, $7: their
 // types and ids), as the log-tailing relay hands them over from the
 // stream; $1 is unused but keeps the numbering.
 const laneCandidatesOf = `
-    SELECT e.aggregate_type, e.aggregate_id, a.delivered_version
-    FROM unnest($5::text[], $6::text[]) AS k(t, i)
+    SELECT e.aggregate_type, e.aggregate_id, a.delivered_version,
+           row_number() OVER () AS rank
+    FROM unnest($6::text[], $7::text[]) AS k(t, i)
     JOIN outbox_aggregates a ON a.aggregate_type = k.t AND a.aggregate_id = k.i
     JOIN outbox_events e ON e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
         AND e.aggregate_version = a.delivered_version + 1
@@ -65,8 +67,10 @@ const laneCandidatesOf = `
 //     the delivered version exactly while the versions are contiguous, so
 //     the run stops at the first version that is missing, not due or
 //     locked, and nothing after it is taken.
-//   - claimed: the run's rows, leased as every claim leases (attempts
-//     counted, next_attempt_at moved by the lease, claimed_by).
+//   - claimed: the run's rows, at most $5 in all (the first candidates'
+//     runs whole, the last one's cut after a version: still a contiguous
+//     prefix), leased as every claim leases (attempts counted,
+//     next_attempt_at moved by the lease, claimed_by).
 //
 // The result has a line per owned aggregate, with its epoch and no row,
 // and a line per claimed row, with its aggregate and no epoch: a union,
@@ -88,7 +92,7 @@ WITH next AS (CANDIDATES
         WHERE o.owner = 'relay' AND o.lease_until <= now()
     RETURNING o.aggregate_type, o.aggregate_id, o.epoch
 ), run AS (
-    SELECT r.id, w.aggregate_type, w.aggregate_id,
+    SELECT r.id, w.aggregate_type, w.aggregate_id, n.rank, r.aggregate_version,
            r.aggregate_version - row_number() OVER (PARTITION BY w.aggregate_type, w.aggregate_id
                                                    ORDER BY r.aggregate_version) = n.delivered_version AS contiguous
     FROM owned w
@@ -104,8 +108,7 @@ WITH next AS (CANDIDATES
 ), claimed AS (
     UPDATE outbox_events e
     SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
-    FROM run
-    WHERE e.id = run.id AND run.contiguous
+    WHERE e.id IN (SELECT id FROM run WHERE contiguous ORDER BY rank, aggregate_version LIMIT $5)
     RETURNING e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
               e.trace_parent, e.trace_state, e.attempts
 )

@@ -40,6 +40,10 @@ type Relay struct {
 
 	lackOnce sync.Once // the warning that the stream lacks deliver_after
 
+	// visibleTimeout bounds the wait for streamed rows to become visible
+	// (onlyVisible); defaultVisibleTimeout.
+	visibleTimeout time.Duration
+
 	mu       sync.Mutex
 	takeover time.Duration // how long the last standby wait took
 	streamed int64         // events handed to Temporal from the stream
@@ -57,7 +61,7 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, poke: make(chan struct{}, 1), replan: make(chan struct{}, 1),
+	return &Relay{cfg: cfg, poke: make(chan struct{}, 1), replan: make(chan struct{}, 1), visibleTimeout: defaultVisibleTimeout,
 		log: cfg.Logger.With("component", "walrelay", "slot", cfg.Slot)}, nil
 }
 
@@ -423,6 +427,10 @@ func (s *session) flush(ctx context.Context) error {
 	if delayed > 0 {
 		// Not streamed: the catch-up pass claims them when they are due.
 		s.r.replanCatchUp()
+	}
+	events, err := s.r.onlyVisible(ctx, events)
+	if err != nil {
+		return err
 	}
 	total := len(events)
 	if cfg.Poller.Lane() == poller.LanePublishFirst {

@@ -53,9 +53,13 @@ type recorder struct {
 	// pendingAt are the ids pending at each catch-up pass.
 	pendingAt [][]string
 	pool      *pgxpool.Pool
+	// checkVisible: Dispatch looks the events' rows up, as a workflow's
+	// publish would, and keeps the ids it could not see in invisible.
+	checkVisible bool
+	invisible    []string
 }
 
-func (r *recorder) Dispatch(_ context.Context, events []poller.Event) ([]string, []poller.Failure) {
+func (r *recorder) Dispatch(ctx context.Context, events []poller.Event) ([]string, []poller.Failure) {
 	if r.refuse.Load() {
 		ids := make([]string, len(events))
 		for i, e := range events {
@@ -63,10 +67,24 @@ func (r *recorder) Dispatch(_ context.Context, events []poller.Event) ([]string,
 		}
 		return nil, []poller.Failure{{WorkflowID: "all", IDs: ids, Err: errors.New("refused by the test")}}
 	}
+	var seen map[string]bool
+	if r.checkVisible {
+		all := make([]string, len(events))
+		for i, e := range events {
+			all[i] = e.ID
+		}
+		var err error
+		if seen, err = visibleIDs(ctx, r.pool, all); err != nil {
+			return nil, []poller.Failure{{WorkflowID: "all", IDs: all, Err: err}}
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ids, invalid []string
 	for _, e := range events {
+		if r.checkVisible && !seen[strings.ToLower(e.ID)] {
+			r.invisible = append(r.invisible, e.ID)
+		}
 		if e.AggregateID == r.invalid && r.invalid != "" {
 			invalid = append(invalid, e.ID)
 			continue
@@ -117,6 +135,12 @@ func (r *recorder) events() []poller.Event {
 	return slices.Clone(r.got)
 }
 
+func (r *recorder) invisibleAtDispatch() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.invisible)
+}
+
 func (r *recorder) ids() map[string]int {
 	out := map[string]int{}
 	for _, e := range r.events() {
@@ -133,7 +157,13 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pg := testenv.StartPrivatePostgres(t)
+	return setupWith(t)
+}
+
+// setupWith is setup on a private PostgreSQL with more settings.
+func setupWith(t *testing.T, settings ...string) *bundle {
+	t.Helper()
+	pg := testenv.StartPrivatePostgres(t, settings...)
 	db := pg.DB(t)
 	marker, err := poller.New(poller.Config{Pool: db.Pool, Temporal: testenv.LazyTemporal(t, testenv.ClosedAddr(t))})
 	require.NoError(t, err)
@@ -148,7 +178,7 @@ func (b *bundle) relay(t *testing.T, cfg walrelay.Config) *walrelay.Relay {
 		cfg.Poller = b.rec
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		cfg.Logger = testLogger(t)
 	}
 	cfg.StatusInterval = cmpOr(cfg.StatusInterval, 200*time.Millisecond)
 	cfg.StandbyRetry = cmpOr(cfg.StandbyRetry, 100*time.Millisecond)
@@ -158,6 +188,10 @@ func (b *bundle) relay(t *testing.T, cfg walrelay.Config) *walrelay.Relay {
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(r.Stop)
 	return r
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 func cmpOr(a, b time.Duration) time.Duration {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"time"
 
@@ -174,6 +175,13 @@ func Aggregate(ctx workflow.Context, in AggregateInput) error {
 	}
 }
 
+// lostOwnership says an activity found the run's aggregate owned under
+// another epoch (Revision3): nothing to quarantine, the run ends.
+func lostOwnership(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrClassLostOwnership
+}
+
 func newAggregateState(in AggregateInput) *aggregateState {
 	st := &aggregateState{in: in, delivered: in.Delivered, blocked: in.Blocked, repairs: in.Repairs, held: in.Held,
 		epoch: in.Epoch, regularNext: in.Handoff && !in.Resumed}
@@ -191,8 +199,12 @@ func newAggregateState(in AggregateInput) *aggregateState {
 // registerHandlers sets the state query, the repair update and the
 // goroutine that takes repair signals.
 func (s *aggregateState) registerHandlers(ctx workflow.Context) error {
+	signals := workflow.GetSignalChannel(ctx, EventsSignal) // the main loop's channel
 	if err := workflow.SetQueryHandler(ctx, StateQuery, func() (State, error) {
-		return s.snapshot(), nil
+		st := s.snapshot()
+		unread := signals.Len()
+		st.Unread = &unread
+		return st, nil
 	}); err != nil {
 		return err
 	}
@@ -241,7 +253,9 @@ func (s *aggregateState) publishReady(ctx workflow.Context, signals workflow.Rec
 		}
 		s.regularNext = false
 		if err := s.publish(ctx, ev); err != nil {
-			if temporal.IsCanceledError(err) {
+			if temporal.IsCanceledError(err) || lostOwnership(err) {
+				// Lost: another owner publishes the aggregate; this run
+				// marks nothing more and fails, visibly.
 				return err
 			}
 			if err := s.quarantine(ctx, ev, err); err != nil {
@@ -279,6 +293,18 @@ func (s *aggregateState) publishReady(ctx workflow.Context, signals workflow.Rec
 // result.)
 func (s *aggregateState) idle(ctx workflow.Context, signals workflow.ReceiveChannel) (bool, error) {
 	if s.epoch > 0 {
+		// An operator repaired this run: it idles first, as in the
+		// workflow lane, so that a repeated request is answered and its
+		// state stays queryable while the operator checks the result.
+		if len(s.repairs) > 0 {
+			if !s.waitIdle(ctx, signals) {
+				return false, nil
+			}
+			s.drain(signals)
+			if len(s.pending) > 0 {
+				return false, nil
+			}
+		}
 		return s.release(ctx, signals)
 	}
 	if !s.in.OneShot || len(s.repairs) > 0 {

@@ -267,7 +267,7 @@ func TestDropsDuplicates(t *testing.T) {
 	b.requireCompleted(t)
 	require.Equal(t, []int64{1, 2, 3, 4}, b.fakes.publishedVersions())
 	require.NoError(t, o.err)
-	require.Equal(t, workflows.State{Delivered: 4, Pending: []int64{}, Duplicates: 4}, o.state)
+	require.Equal(t, workflows.State{Delivered: 4, Pending: []int64{}, Duplicates: 4, Unread: unread(0)}, o.state)
 }
 
 func TestResumesFromLoadedCursor(t *testing.T) {
@@ -281,7 +281,7 @@ func TestResumesFromLoadedCursor(t *testing.T) {
 	b.requireCompleted(t)
 	require.Equal(t, []int64{6}, b.fakes.publishedVersions())
 	require.NoError(t, o.err)
-	require.Equal(t, workflows.State{Delivered: 6, Pending: []int64{}, Duplicates: 2}, o.state)
+	require.Equal(t, workflows.State{Delivered: 6, Pending: []int64{}, Duplicates: 2, Unread: unread(0)}, o.state)
 }
 
 func TestWaitsForMissingVersion(t *testing.T) {
@@ -297,11 +297,11 @@ func TestWaitsForMissingVersion(t *testing.T) {
 
 	require.NoError(t, gap.err)
 	require.Empty(t, gap.published)
-	require.Equal(t, workflows.State{Pending: []int64{2}}, gap.state)
+	require.Equal(t, workflows.State{Pending: []int64{2}, Unread: unread(0)}, gap.state)
 
 	require.False(t, late.completed, "completed while version 1 was missing")
 	require.NoError(t, late.err)
-	require.Equal(t, workflows.State{Pending: []int64{2}}, late.state)
+	require.Equal(t, workflows.State{Pending: []int64{2}, Unread: unread(0)}, late.state)
 	require.Empty(t, late.published)
 
 	b.requireCompleted(t)

@@ -84,12 +84,6 @@ const (
 	LaneRevision = Revision3
 )
 
-// WorkflowID is the aggregate workflow's ID: a pure function of the
-// aggregate, so every poller signals the same workflow for it.
-func WorkflowID(aggregateType, aggregateID string) string {
-	return "ferry/" + aggregateType + "/" + aggregateID
-}
-
 // EventRef points at a committed outbox row. Payloads never travel through
 // Temporal: they stay in PostgreSQL, keeping history small and personal data
 // out of it.
@@ -291,6 +285,14 @@ type State struct {
 	// Epoch is the ownership epoch the run publishes under (the
 	// publish-first lane); 0 in the workflow lane.
 	Epoch int64 `json:"epoch,omitempty"`
+	// Unread counts the EventsSignal signals the run has received and not
+	// taken yet (a blocked run without MaxBlockedRefs leaves them in its
+	// channel). Zero says the run took every event signalled to it: each
+	// is in Pending, being published, delivered, quarantined or handed
+	// back (held), and a dispatched row it holds none of was signalled to
+	// a run that ended; the reconciler relies on that. Nil: a worker from
+	// before the field answered.
+	Unread *int `json:"unread,omitempty"`
 }
 
 // ReleaseInput is ReleaseAggregateActivity's input.

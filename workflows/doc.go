@@ -2,7 +2,8 @@
 // the registered names, signal name and payload types that the poller, the
 // worker and operators' tooling share.
 //
-// One workflow runs per aggregate (ID "ferry/<aggregate_type>/<aggregate_id>").
+// One workflow runs per aggregate (ID "ferry/<aggregate_type>/<aggregate_id>",
+// escaped for an id outside printable ASCII: WorkflowID).
 // It receives references to committed outbox events by signal, orders them by
 // aggregate_version, drops duplicates, and runs the publish activity for each
 // event strictly in order. It continues-as-new before its history grows large

@@ -994,7 +994,7 @@ func TestContinueAsNewWhileBlocked(t *testing.T) {
 	took := b2.run(next)
 
 	require.NoError(t, resumed.err)
-	require.Equal(t, workflows.State{Delivered: 1, Pending: []int64{2, 3, 4}, Blocked: next.Blocked}, resumed.state)
+	require.Equal(t, workflows.State{Delivered: 1, Pending: []int64{2, 3, 4}, Blocked: next.Blocked, Unread: unread(0)}, resumed.state)
 	requireApplied(t, repeated, workflows.RepairResult{RequestID: "r-1", Action: "retry", EventID: "evt-2", Version: 2, AuditID: 1, Duplicate: true})
 	requireBlockedAt(t, still, "evt-2", 2, "Unroutable")
 	require.Empty(t, still.calls.attempts, "the new run tried the blocked event without a repair")
@@ -1055,13 +1055,25 @@ func TestBlockedRunWithoutBoundHoldsNothing(t *testing.T) {
 	t.Parallel()
 	b := setupBlockedAtEvt2(t)
 	b.signalAt(time.Minute, 4, 5, 6, 7)
+	b.signalAt(2*time.Minute, 8)
+	// The state says what the run has not taken (what the reconciler must
+	// not take for lost), in signals.
+	o := b.observeAt(3 * time.Minute)
 	b.healAt(time.Hour, "evt-2")
 	b.repairAt(time.Hour, "u-1", repairReq("r-1", workflows.ActionRetry, "evt-2"))
+	after := b.observeAt(time.Hour + time.Second)
 	b.run(qinput(maxAttempts(2)))
 	require.Empty(t, b.fakes.holds)
 	require.Empty(t, b.fakes.releases)
-	require.Equal(t, ids(1, 2, 3, 4, 5, 6, 7), b.fakes.calls().published)
+	require.Equal(t, ids(1, 2, 3, 4, 5, 6, 7, 8), b.fakes.calls().published)
+	require.NoError(t, o.err)
+	require.Equal(t, []int64{2, 3}, o.state.Pending)
+	require.Equal(t, unread(2), o.state.Unread)
+	require.NoError(t, after.err)
+	require.Equal(t, unread(0), after.state.Unread, "taken once the block ended")
 }
+
+func unread(n int) *int { return &n }
 
 func TestReplay(t *testing.T) {
 	t.Parallel()

@@ -63,10 +63,56 @@ const (
 	// asks its worker with a cursor read first, publishes the rest one by
 	// one, idles and completes.
 	r2ResumedHistoryFile = "testdata/r2_resumed_history.json"
+	// r3HandoffHistoryFile: the publish-first lane hands an aggregate to a
+	// Revision3 run (epoch 7) with 1 and 2 in its input: a cursor read,
+	// evt-1 the regular way (one failed attempt), 2 in a batch; releases
+	// that answer Busy while 3 and then 4 arrive by signal; a release that
+	// answers Released, and completion.
+	r3HandoffHistoryFile = "testdata/r3_handoff_history.json"
+	// r3AdoptHistoryFile: a Revision2 run without an epoch publishes 1 and
+	// idles; a handoff signal of epoch 9 with evt-2 makes it the owner: it
+	// reads its cursor, publishes evt-2 the regular way under epoch 9 and
+	// releases instead of idling out.
+	r3AdoptHistoryFile = "testdata/r3_adopt_history.json"
 )
 
 var recordedHistories = []string{historyFile, quarantineHistoryFile, batchHistoryFile, oneShotHistoryFile, oneShotGapHistoryFile,
-	r2OneShotHistoryFile, r2KeepAliveHistoryFile, r2ResumedHistoryFile}
+	r2OneShotHistoryFile, r2KeepAliveHistoryFile, r2ResumedHistoryFile, r3HandoffHistoryFile, r3AdoptHistoryFile}
+
+// The lane's recordings hold what they were recorded for: the activities
+// in the order the lane's runs call them, each under the run's epoch.
+func TestRecordedLaneHistoryContents(t *testing.T) {
+	t.Parallel()
+	dc := converter.GetDefaultDataConverter()
+	activities := func(file string) (names []string, epochs []int64) {
+		for _, ev := range loadHistory(t, file) {
+			switch ev.GetEventType() {
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+				attrs := ev.GetActivityTaskScheduledEventAttributes()
+				names = append(names, attrs.GetActivityType().GetName())
+				var in struct {
+					Epoch int64 `json:"epoch"`
+				}
+				require.NoError(t, dc.FromPayloads(attrs.GetInput(), &in))
+				epochs = append(epochs, in.Epoch)
+			case enumspb.EVENT_TYPE_MARKER_RECORDED:
+				names = append(names, "marker")
+			}
+		}
+		return names, epochs
+	}
+	names, epochs := activities(r3HandoffHistoryFile)
+	require.Equal(t, []string{"marker", workflows.PublishEventActivity, "marker", workflows.ReleaseAggregateActivity, "marker",
+		workflows.ReleaseAggregateActivity, "marker", workflows.ReleaseAggregateActivity}, names,
+		"cursor read, evt-1 regular, 2 in a batch, Busy, 3 in a batch, Busy, 4 in a batch, Released")
+	for _, e := range epochs {
+		require.Equal(t, int64(7), e)
+	}
+	names, epochs = activities(r3AdoptHistoryFile)
+	require.Equal(t, []string{"marker", "marker", workflows.PublishEventActivity, workflows.ReleaseAggregateActivity}, names,
+		"1 in a batch; after the handoff signal a cursor read, evt-2 regular, the release")
+	require.Equal(t, []int64{9, 9}, epochs)
+}
 
 func quietLogger() log.Logger { return log.NewStructuredLogger(slog.New(slog.DiscardHandler)) }
 

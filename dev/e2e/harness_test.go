@@ -104,6 +104,9 @@ type ferryOpts struct {
 	// The publish-first lane's pollers publish with a publisher of their
 	// own each, as `ferry poller --lane publish-first` does.
 	lane string
+	// maxMessageBytes of every publisher (broker.Config.MaxMessageBytes);
+	// zero: the default.
+	maxMessageBytes int
 }
 
 // startFerry runs pollers and a worker in this process until the test ends.
@@ -143,7 +146,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	var pub *broker.Publisher
 	if !o.noBroker {
 		var err error
-		pub, err = broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
+		pub, err = broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = pub.Close() })
 	}
@@ -170,7 +173,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 		var target fdelivery.Target
 		var needs func(string, string) bool
 		if o.lane == poller.LanePublishFirst {
-			lp, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
+			lp, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = lp.Close() })
 			target, err = fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: lp, TracerProvider: o.tracer})
@@ -470,6 +473,15 @@ func (c *child) exited() bool {
 	default:
 		return false
 	}
+}
+
+// stop sends SIGTERM, as a supervisor stopping the process does, and waits
+// up to a minute for a clean exit.
+func (c *child) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	c.waitExit(t, time.Minute)
+	require.NoError(t, c.err, "a clean exit after SIGTERM; output:\n%s", c.out.String())
 }
 
 // waitExit waits up to timeout for the process to end on its own.

@@ -92,105 +92,107 @@ func cliRun(t *testing.T, cli, command, stdin string) (int, string) {
 // in the docs, so a doc that changes a command changes this test.
 func TestTemporalCLIRepairCommands(t *testing.T) {
 	t.Parallel()
-	cli := temporalCLI(t)
-	docs := docText(t, "docs/operating.md", "docs/side-effects.md")
-	documented := func(cmd string) string {
-		t.Helper()
-		require.Contains(t, docs, cmd, "the docs give this command")
-		return cmd
-	}
-	const (
-		list     = `temporal workflow list --query "FerryBlocked = true"`
-		describe = `temporal workflow describe -w ferry/order/42`
-		query    = `temporal workflow query -w ferry/order/42 --name ferry.state`
-		update   = `temporal workflow update execute -w ferry/order/42 --name ferry.repair --input '{"request_id":"retry-42","action":"retry","event_id":"<event id>","actor":"ops","reason":"queue bound"}'`
-		signal   = `temporal workflow signal -w ferry/order/42 --name ferry.repair --input '{"request_id":"skip-42","action":"skip","event_id":"<event id>","actor":"ops","reason":"obsolete event"}'`
-		batch    = `temporal workflow signal --name ferry.repair --query "FerryBlocked = true AND FerryErrorClass = 'Unroutable'" --input '{"request_id":"bind-2026-12-01","action":"retry","expect_error_class":"Unroutable","actor":"ops","reason":"queue bound"}'`
+	forEachLane(t, func(t *testing.T, lane string) {
+		cli := temporalCLI(t)
+		docs := docText(t, "docs/operating.md", "docs/side-effects.md")
+		documented := func(cmd string) string {
+			t.Helper()
+			require.Contains(t, docs, cmd, "the docs give this command")
+			return cmd
+		}
+		const (
+			list     = `temporal workflow list --query "FerryBlocked = true"`
+			describe = `temporal workflow describe -w ferry/order/42`
+			query    = `temporal workflow query -w ferry/order/42 --name ferry.state`
+			update   = `temporal workflow update execute -w ferry/order/42 --name ferry.repair --input '{"request_id":"retry-42","action":"retry","event_id":"<event id>","actor":"ops","reason":"queue bound"}'`
+			signal   = `temporal workflow signal -w ferry/order/42 --name ferry.repair --input '{"request_id":"skip-42","action":"skip","event_id":"<event id>","actor":"ops","reason":"obsolete event"}'`
+			batch    = `temporal workflow signal --name ferry.repair --query "FerryBlocked = true AND FerryErrorClass = 'Unroutable'" --input '{"request_id":"bind-2026-12-01","action":"retry","expect_error_class":"Unroutable","actor":"ops","reason":"queue bound"}'`
 
-		effectQuery  = `temporal workflow query --workflow-id 'ferry-effect/charge/<event id>' --type ferry.effect.state`
-		effectSignal = `temporal workflow signal --workflow-id 'ferry-effect/charge/<event id>' --name ferry.effect.resolve --input '{"action":"succeeded","id":"ch_123","actor":"ana","reason":"charge found in the dashboard"}'`
-	)
-	on := func(cmd, workflowID, eventID string) string {
-		return strings.NewReplacer("ferry/order/42", workflowID, "<event id>", eventID).Replace(documented(cmd))
-	}
-	e := setupPoison(t)
-	inQueue := " AND TaskQueue = '" + e.taskQueue + "'"
-	withQueue := func(cmd, clause string) string {
-		return strings.Replace(documented(cmd), clause+`"`, clause+inQueue+`"`, 1)
-	}
+			effectQuery  = `temporal workflow query --workflow-id 'ferry-effect/charge/<event id>' --type ferry.effect.state`
+			effectSignal = `temporal workflow signal --workflow-id 'ferry-effect/charge/<event id>' --name ferry.effect.resolve --input '{"action":"succeeded","id":"ch_123","actor":"ana","reason":"charge found in the dashboard"}'`
+		)
+		on := func(cmd, workflowID, eventID string) string {
+			return strings.NewReplacer("ferry/order/42", workflowID, "<event id>", eventID).Replace(documented(cmd))
+		}
+		e := setupPoison(t, lane)
+		inQueue := " AND TaskQueue = '" + e.taskQueue + "'"
+		withQueue := func(cmd, clause string) string {
+			return strings.Replace(documented(cmd), clause+`"`, clause+inQueue+`"`, 1)
+		}
 
-	ids := map[string][2]string{} // aggregate: its poison event, the event after it
-	for _, agg := range []string{"A", "B", "C", "D"} {
-		ids[agg] = [2]string{e.mustCommit(t, agg, "poison"), e.mustCommit(t, agg, "changed")}
-	}
-	wf := func(agg string) string { return workflows.WorkflowID(e.aggType, agg) }
-	for agg, ev := range ids {
-		waitBlocked(t, wf(agg), ev[0])
-	}
-	waitFor(t, 30*time.Second, "the four blocks in visibility", func() bool { return len(blockedIDs(t, inQueue)) == 4 })
+		ids := map[string][2]string{} // aggregate: its poison event, the event after it
+		for _, agg := range []string{"A", "B", "C", "D"} {
+			ids[agg] = [2]string{e.mustCommit(t, agg, "poison"), e.mustCommit(t, agg, "changed")}
+		}
+		wf := func(agg string) string { return workflows.WorkflowID(e.aggType, agg) }
+		for agg, ev := range ids {
+			waitBlocked(t, wf(agg), ev[0])
+		}
+		waitFor(t, 30*time.Second, "the four blocks in visibility", func() bool { return len(blockedIDs(t, inQueue)) == 4 })
 
-	// The dead-letter view.
-	code, out := cliRun(t, cli, withQueue(list, "FerryBlocked = true"), "")
-	require.Zero(t, code, out)
-	for agg := range ids {
-		require.Contains(t, out, wf(agg))
-	}
-	code, out = cliRun(t, cli, on(describe, wf("A"), ""), "")
-	require.Zero(t, code, out)
-	require.Contains(t, out, wf("A"))
-	require.Contains(t, out, workflows.AggregateWorkflowName)
-	require.Contains(t, out, "FerryBlockedEventId", "its search attributes")
+		// The dead-letter view.
+		code, out := cliRun(t, cli, withQueue(list, "FerryBlocked = true"), "")
+		require.Zero(t, code, out)
+		for agg := range ids {
+			require.Contains(t, out, wf(agg))
+		}
+		code, out = cliRun(t, cli, on(describe, wf("A"), ""), "")
+		require.Zero(t, code, out)
+		require.Contains(t, out, wf("A"))
+		require.Contains(t, out, workflows.AggregateWorkflowName)
+		require.Contains(t, out, "FerryBlockedEventId", "its search attributes")
 
-	// What is it waiting for?
-	st := queryState(t, cli, on(query, wf("A"), ""))
-	require.NotNil(t, st.Blocked)
-	require.Equal(t, ids["A"][0], st.Blocked.EventID)
-	require.Equal(t, "Unroutable", st.Blocked.ErrorClass)
-	code, out = cliRun(t, cli, on(query, wf("A"), ""), "")
-	require.Zero(t, code, out)
-	require.Contains(t, out, ids["A"][0], "the plain answer names the blocked event")
+		// What is it waiting for?
+		st := queryState(t, cli, on(query, wf("A"), ""))
+		require.NotNil(t, st.Blocked)
+		require.Equal(t, ids["A"][0], st.Blocked.EventID)
+		require.Equal(t, "Unroutable", st.Blocked.ErrorClass)
+		code, out = cliRun(t, cli, on(query, wf("A"), ""), "")
+		require.Zero(t, code, out)
+		require.Contains(t, out, ids["A"][0], "the plain answer names the blocked event")
 
-	// Fixed downstream: repair A with the update, B with the signal, C and
-	// D with one batch signal.
-	e.br.Bind(t, e.aggType+".poison")
-	code, out = cliRun(t, cli, on(update, wf("A"), ids["A"][0]), "")
-	require.Zero(t, code, out)
-	require.Regexp(t, `(?i)result`, out, "the update answers with the result")
-	require.Contains(t, out, ids["A"][0])
-	require.Contains(t, out, "retry")
-	e.waitStatus(t, ids["A"][0], "published")
-	e.waitStatus(t, ids["A"][1], "published")
+		// Fixed downstream: repair A with the update, B with the signal, C and
+		// D with one batch signal.
+		e.br.Bind(t, e.aggType+".poison")
+		code, out = cliRun(t, cli, on(update, wf("A"), ids["A"][0]), "")
+		require.Zero(t, code, out)
+		require.Regexp(t, `(?i)result`, out, "the update answers with the result")
+		require.Contains(t, out, ids["A"][0])
+		require.Contains(t, out, "retry")
+		e.waitStatus(t, ids["A"][0], "published")
+		e.waitStatus(t, ids["A"][1], "published")
 
-	code, out = cliRun(t, cli, on(signal, wf("B"), ids["B"][0]), "")
-	require.Zero(t, code, out)
-	e.waitStatus(t, ids["B"][0], "skipped")
-	e.waitStatus(t, ids["B"][1], "published")
-	st = queryState(t, cli, on(query, wf("B"), ""))
-	require.Nil(t, st.Blocked, "B's state after the signal: not blocked")
-	require.Equal(t, int64(2), st.Delivered)
+		code, out = cliRun(t, cli, on(signal, wf("B"), ids["B"][0]), "")
+		require.Zero(t, code, out)
+		e.waitStatus(t, ids["B"][0], "skipped")
+		e.waitStatus(t, ids["B"][1], "published")
+		st = queryState(t, cli, on(query, wf("B"), ""))
+		require.Nil(t, st.Blocked, "B's state after the signal: not blocked")
+		require.Equal(t, int64(2), st.Delivered)
 
-	waitFor(t, 30*time.Second, "only C and D blocked in visibility", func() bool { return len(blockedIDs(t, inQueue)) == 2 })
-	batchCmd := withQueue(batch, "FerryBlocked = true AND FerryErrorClass = 'Unroutable'")
-	code, out = cliRun(t, cli, batchCmd, "") // no answer to the question: nothing is signalled
-	require.NotZero(t, code, out)
-	require.Len(t, blockedIDs(t, inQueue), 2)
-	code, out = cliRun(t, cli, batchCmd, "y\n")
-	require.Zero(t, code, out)
-	for _, agg := range []string{"C", "D"} {
-		e.waitStatus(t, ids[agg][0], "published")
-		e.waitStatus(t, ids[agg][1], "published")
-	}
-	require.Equal(t, 4, e.count(t, `SELECT count(*) FROM ferry_repairs WHERE request_id IN ('retry-42', 'skip-42', $1, $2)`,
-		"bind-2026-12-01/"+ids["C"][0], "bind-2026-12-01/"+ids["D"][0]), "each repair audited once")
-	waitFor(t, 30*time.Second, "no block left in visibility", func() bool { return len(blockedIDs(t, inQueue)) == 0 })
-
-	// The effect commands parse and reach the server: with no such effect
-	// workflow, Temporal says so (a wrong flag would stop the CLI first).
-	for _, cmd := range []string{effectQuery, effectSignal} {
-		code, out = cliRun(t, cli, on(cmd, "", "no-such-event-"+e.aggType), "")
+		waitFor(t, 30*time.Second, "only C and D blocked in visibility", func() bool { return len(blockedIDs(t, inQueue)) == 2 })
+		batchCmd := withQueue(batch, "FerryBlocked = true AND FerryErrorClass = 'Unroutable'")
+		code, out = cliRun(t, cli, batchCmd, "") // no answer to the question: nothing is signalled
 		require.NotZero(t, code, out)
-		require.Contains(t, strings.ToLower(out), "not found", "Temporal's answer, not a usage error: %s", out)
-	}
+		require.Len(t, blockedIDs(t, inQueue), 2)
+		code, out = cliRun(t, cli, batchCmd, "y\n")
+		require.Zero(t, code, out)
+		for _, agg := range []string{"C", "D"} {
+			e.waitStatus(t, ids[agg][0], "published")
+			e.waitStatus(t, ids[agg][1], "published")
+		}
+		require.Equal(t, 4, e.count(t, `SELECT count(*) FROM ferry_repairs WHERE request_id IN ('retry-42', 'skip-42', $1, $2)`,
+			"bind-2026-12-01/"+ids["C"][0], "bind-2026-12-01/"+ids["D"][0]), "each repair audited once")
+		waitFor(t, 30*time.Second, "no block left in visibility", func() bool { return len(blockedIDs(t, inQueue)) == 0 })
+
+		// The effect commands parse and reach the server: with no such effect
+		// workflow, Temporal says so (a wrong flag would stop the CLI first).
+		for _, cmd := range []string{effectQuery, effectSignal} {
+			code, out = cliRun(t, cli, on(cmd, "", "no-such-event-"+e.aggType), "")
+			require.NotZero(t, code, out)
+			require.Contains(t, strings.ToLower(out), "not found", "Temporal's answer, not a usage error: %s", out)
+		}
+	})
 }
 
 // queryState runs a documented ferry.state query with JSON output and

@@ -40,6 +40,7 @@ func Render(w io.Writer, s Snapshot, color bool) {
 	}
 
 	fmt.Fprintf(w, "\n%sThroughput%s\n  published %d in the last minute, %d in the last hour\n", bold, reset, s.PublishedLastMinute, s.PublishedLastHour)
+	s.Lane.render(w, s.At, bold, yellow, red, reset)
 	s.WALSlot.render(w, bold, red, reset)
 
 	fmt.Fprintf(w, "\n%sBlocked aggregates%s\n", bold, reset)
@@ -160,5 +161,48 @@ func age(d time.Duration) string {
 		return d.Round(time.Second).String()
 	default:
 		return d.Round(time.Minute).String()
+	}
+}
+
+// render writes the lane's section: which lane the relays run, and in the
+// publish-first lane the aggregates handed to workflows.
+func (l Lane) render(w io.Writer, now time.Time, bold, yellow, red, reset string) {
+	fmt.Fprintf(w, "\n%sLane%s\n", bold, reset)
+	if len(l.Relays) == 0 {
+		fmt.Fprintf(w, "  no relay registered (none runs, or all are older than this schema)\n")
+		return
+	}
+	lanes := map[string]bool{}
+	for _, r := range l.Relays {
+		if r.Seen < 30*time.Second {
+			lanes[r.Lane] = true
+		}
+	}
+	fmt.Fprintf(w, "  %s: %d relay(s) registered\n", l.Lane, len(l.Relays))
+	for _, r := range l.Relays {
+		gone := ""
+		if r.Seen >= 30*time.Second {
+			gone = " (gone: not seen for 30s)"
+		}
+		fmt.Fprintf(w, "    %s  %s, source %s, seen %s ago%s\n", r.Name, r.Lane, r.Source, age(r.Seen), gone)
+	}
+	if len(lanes) > 1 {
+		fmt.Fprintf(w, "  %srelays of two lanes are alive: stop one lane's relays (a relay of the other lane is refused at start)%s\n", red, reset)
+	}
+	if l.Lane != "publish-first" && l.WorkflowOwned == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  published directly right now: %d aggregate(s) under a relay's lease\n", l.RelayLeases)
+	if l.WorkflowOwned == 0 {
+		fmt.Fprintf(w, "  in their workflows: none (every aggregate is the lane's)\n")
+		return
+	}
+	fmt.Fprintf(w, "  %sin their workflows: %d aggregate(s)%s (handed over after a failed publish, an event that needs the workflow, or a repair; each returns to the lane when its run released it)\n",
+		yellow, l.WorkflowOwned, reset)
+	for _, o := range l.Owned {
+		fmt.Fprintf(w, "    %s  %s, epoch %d, for %s: temporal workflow describe -w '%s'\n", o.WorkflowID, o.Cause, o.Epoch, age(now.Sub(o.Since)), o.WorkflowID)
+	}
+	if int64(len(l.Owned)) < l.WorkflowOwned {
+		fmt.Fprintf(w, "    (the %d held longest of %d)\n", len(l.Owned), l.WorkflowOwned)
 	}
 }

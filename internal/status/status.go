@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -57,6 +58,41 @@ type Snapshot struct {
 	// WALSlot is the log-tailing relay's replication slot; nil when there
 	// is none (CollectWALSlot).
 	WALSlot *WALSlot `json:"wal_slot,omitempty"`
+	// Lane is who delivers: the relays registered and the aggregates the
+	// publish-first lane handed to workflows.
+	Lane Lane `json:"lane"`
+}
+
+// Lane is the delivery lane's part of a Snapshot.
+type Lane struct {
+	// Lane is the lane of the relay seen last ("workflow",
+	// "publish-first"); empty when no relay registered.
+	Lane string `json:"lane"`
+	// Relays registered (ferry_relays), the most recently seen first; a
+	// relay not seen for 30s is gone.
+	Relays []LaneRelay `json:"relays"`
+	// WorkflowOwned counts the aggregates their workflows own now (handed
+	// over, not yet released); Owned lists the longest-held, at most 20.
+	WorkflowOwned int64        `json:"workflow_owned"`
+	Owned         []OwnedByRun `json:"owned"`
+	// RelayLeases counts aggregates a relay is publishing directly now.
+	RelayLeases int64 `json:"relay_leases"`
+}
+
+// LaneRelay is one registered relay.
+type LaneRelay struct {
+	Name   string        `json:"name"`
+	Lane   string        `json:"lane"`
+	Source string        `json:"source"`
+	Seen   time.Duration `json:"seen_ns"`
+}
+
+// OwnedByRun is one aggregate its workflow owns.
+type OwnedByRun struct {
+	WorkflowID string    `json:"workflow_id"`
+	Cause      string    `json:"cause"`
+	Epoch      int64     `json:"epoch"`
+	Since      time.Time `json:"since"`
 }
 
 // StatusCount is the backlog of one status.
@@ -99,12 +135,14 @@ type Unheld struct {
 	Payload *string `json:"-"`
 }
 
-// Aggregate is "TYPE/ID", the id quoted when it holds bytes outside
-// printable ASCII (the ones migration 0007 quarantines), so a terminal
-// shows them instead of acting on them.
+// Aggregate is "TYPE/ID", the id quoted when it holds something a
+// terminal would not show as it is (a control character, invalid UTF-8,
+// a format character such as U+202E: whatever strconv.IsPrint refuses),
+// so a terminal shows them instead of acting on them. Printable characters
+// outside ASCII ("müller", schema 0012) are shown as they are.
 func (u Unheld) Aggregate() string {
-	for _, b := range []byte(u.AggregateID) {
-		if b < 0x20 || b > 0x7e {
+	for _, r := range u.AggregateID {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
 			return u.AggregateType + "/" + strconv.Quote(u.AggregateID)
 		}
 	}
@@ -177,9 +215,43 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc conver
 	if s.EffectsWaiting, s.EffectsTruncated, err = effectsWaiting(ctx, c, dc, namespace); err != nil {
 		return s, err
 	}
+	if s.Lane, err = collectLane(ctx, pool); err != nil {
+		return s, err
+	}
 	s.Retention = lastRun[workflows.RetentionResult](ctx, c, workflows.RetentionScheduleID+"/"+taskQueue)
 	s.Reconcile = lastRun[workflows.ReconcileResult](ctx, c, workflows.ReconcileScheduleID+"/"+taskQueue)
 	return s, nil
+}
+
+// maxOwned bounds the workflow-owned aggregates Collect lists.
+const maxOwned = 20
+
+// collectLane reads the relays' registry and the owner table.
+func collectLane(ctx context.Context, pool *pgxpool.Pool) (Lane, error) {
+	l := Lane{Relays: []LaneRelay{}, Owned: []OwnedByRun{}}
+	relays, err := outbox.Relays(ctx, pool)
+	if err != nil {
+		return l, err
+	}
+	for i, r := range relays {
+		if i == 0 {
+			l.Lane = r.Lane
+		}
+		l.Relays = append(l.Relays, LaneRelay{Name: r.Name, Lane: r.Lane, Source: r.Source, Seen: r.Seen})
+	}
+	n, err := outbox.ReadLaneCounts(ctx, pool)
+	if err != nil {
+		return l, err
+	}
+	l.WorkflowOwned, l.RelayLeases = n.Workflow, n.Relay
+	owned, err := outbox.WorkflowOwnedSince(ctx, pool, 0, maxOwned)
+	if err != nil {
+		return l, fmt.Errorf("read aggregates workflows own: %w", err)
+	}
+	for _, o := range owned {
+		l.Owned = append(l.Owned, OwnedByRun{WorkflowID: workflows.WorkflowID(o.Type, o.ID), Cause: o.Cause, Epoch: o.Epoch, Since: o.Since})
+	}
+	return l, nil
 }
 
 // BlockedAggregates lists the running aggregate workflows held at a

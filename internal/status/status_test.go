@@ -30,6 +30,16 @@ func snapshot() status.Snapshot {
 		},
 		PublishedLastMinute: 842,
 		PublishedLastHour:   51230,
+		Lane: status.Lane{Lane: "publish-first",
+			Relays: []status.LaneRelay{
+				{Name: "host-a-311/4f2c9a1e", Lane: "publish-first", Source: "poll", Seen: 2 * time.Second},
+				{Name: "host-b-97/0b7d33c1", Lane: "publish-first", Source: "wal", Seen: 4 * time.Second},
+			},
+			WorkflowOwned: 2, RelayLeases: 17,
+			Owned: []status.OwnedByRun{
+				{WorkflowID: "ferry/order/o-17", Cause: "Unroutable", Epoch: 9021, Since: at.Add(-4 * time.Minute)},
+				{WorkflowID: "ferry/order/o-93", Cause: "NeedsWorkflow", Epoch: 9388, Since: at.Add(-3 * time.Second)},
+			}},
 		Blocked: []status.Blocked{{
 			WorkflowID: "ferry/order/42", EventID: "01a22c33-9c08-79d1-8323-db06efa6e315",
 			EventType: "paid", ErrorClass: "Unroutable", Since: at.Add(-2 * time.Hour),
@@ -109,4 +119,22 @@ func TestSnapshotJSON(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// An aggregate is shown as it is when a terminal shows it as it is, and
+// quoted otherwise.
+func TestUnheldAggregate(t *testing.T) {
+	t.Parallel()
+	for id, want := range map[string]string{
+		"42":          "order/42",
+		"o'42 ~%/x":   "order/o'42 ~%/x",
+		"müller":      "order/müller",
+		"製品-7":        "order/製品-7",
+		"nul\x01ctl":  `order/"nul\x01ctl"`,
+		"o\u00851":    `order/"o\u00851"`,
+		"evil\u202e1": `order/"evil\u202e1"`,
+		"m\xc3ller":   `order/"m\xc3ller"`,
+	} {
+		require.Equal(t, want, status.Unheld{AggregateType: "order", AggregateID: id}.Aggregate(), "%q", id)
+	}
 }

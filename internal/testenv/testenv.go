@@ -251,6 +251,10 @@ func redact(raw string) string {
 	return strings.TrimSpace(u.Redacted())
 }
 
+// Channel is the channel the exchange and the queue were declared on, for
+// a test's own topology.
+func (b *Broker) Channel(t testing.TB) *amqp.Channel { return b.ch }
+
 // Bind binds the test queue to routingKey on the test exchange.
 func (b *Broker) Bind(t testing.TB, routingKey string) {
 	t.Helper()

@@ -94,7 +94,7 @@ func blockedCmd(g *globals) *cobra.Command {
 				if r.NoWorkflow {
 					fmt.Fprintf(w, "  quarantined without a workflow, committed %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
 				} else {
-					fmt.Fprintf(w, "  blocked since %s (%s ago), %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass)
+					fmt.Fprintf(w, "  blocked since %s (%s ago), %s, in workflow %s\n", r.Since.Format(time.RFC3339), time.Since(r.Since).Round(time.Second), r.ErrorClass, r.WorkflowID)
 				}
 				if r.LastError != "" {
 					fmt.Fprintf(w, "  last error: %s\n", r.LastError)
@@ -128,7 +128,7 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 	for _, b := range blocked {
 		r := blockedRow{WorkflowID: b.WorkflowID, EventID: b.EventID, EventType: b.EventType, ErrorClass: b.ErrorClass, Since: b.Since}
 		e := events[strings.ToLower(b.EventID)]
-		r.Aggregate, r.Version = e.AggregateType+"/"+e.AggregateID, e.Version
+		r.Aggregate, r.Version = aggregateName(e.AggregateType, e.AggregateID), e.Version
 		if e.LastError != "" {
 			r.LastError = redactLastError(red, e.AggregateType, r.EventType, e.Payload, e.LastError)
 		}
@@ -207,7 +207,7 @@ request id is derived from the event, action, actor, reason and payload).`,
 			// No running workflow: a quarantined row is repaired in place (a
 			// repeated request answers with its audit row); anything else
 			// is refused there, saying what the row is.
-			if !heldByWorkflow(ctx, c, aggID, wfID) {
+			if !heldByWorkflow(ctx, c, wfID) {
 				res, err := activities.RepairUnheld(ctx, pool, req)
 				if err != nil {
 					red, _ := cfg.Redactor()
@@ -281,16 +281,13 @@ func aggregateName(aggType, aggID string) string {
 }
 
 // heldByWorkflow says whether a running workflow may hold the aggregate's
-// quarantined event, so the repair goes to it. An aggregate id Temporal
-// cannot take (migration 0007) has none; a describe that fails for any
-// other reason than NotFound counts as held, so the repair goes through
-// Temporal and its error is what the operator reads.
-func heldByWorkflow(ctx context.Context, c client.Client, aggID, wfID string) bool {
-	for _, b := range []byte(aggID) {
-		if b < 0x20 || b > 0x7e {
-			return false
-		}
-	}
+// quarantined event, so the repair goes to it. A describe that fails for
+// any other reason than NotFound counts as held, so the repair goes
+// through Temporal and its error is what the operator reads. (wfID is
+// printable ASCII whatever the id, workflows.WorkflowID: an id no workflow
+// can have, one migration 0007 quarantined for a control character, is
+// simply not found.)
+func heldByWorkflow(ctx context.Context, c client.Client, wfID string) bool {
 	d, err := c.DescribeWorkflowExecution(ctx, wfID, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {

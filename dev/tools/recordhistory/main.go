@@ -41,6 +41,19 @@
 //     history budget is 20 events, the fast path off): it asks its worker
 //     again with a cursor read, publishes the rest and completes; the
 //     recorded history is that last run's.
+//   - r3_handoff: the publish-first lane hands an aggregate to its
+//     workflow (Revision3, epoch 7, cause Unroutable) with events 1 and 2
+//     in the start's input: the run reads its cursor and settings, evt-1
+//     goes the regular way (one failed attempt, then success), 2 in a
+//     batch; the release answers Busy (a version handed but not
+//     delivered) and 3 arrives by a signal of the same epoch; the release
+//     answers Busy again and 4 arrives; the release answers Released and
+//     the run completes.
+//   - r3_adopt: a Signal-With-Start of Revision2 (no epoch) publishes 1
+//     and idles; the lane hands the aggregate over anew with a signal of
+//     epoch 9 and evt-2 (handoff): the run takes the epoch, reads its
+//     cursor, publishes evt-2 the regular way and releases instead of
+//     idling.
 //
 // -out defaults to workflows/testdata/<scenario>_history.json. Re-record
 // only when the workflow changed on purpose, and keep the old file as well:
@@ -88,9 +101,11 @@ var scenarios = map[string]scenario{
 	"r2_oneshot":   recordR2OneShot,
 	"r2_keepalive": recordR2KeepAlive,
 	"r2_resumed":   recordR2Resumed,
+	"r3_handoff":   recordR3Handoff,
+	"r3_adopt":     recordR3Adopt,
 }
 
-const scenarioNames = "aggregate, quarantine, batch, oneshot, oneshot_gap, r2_oneshot, r2_keepalive or r2_resumed"
+const scenarioNames = "aggregate, quarantine, batch, oneshot, oneshot_gap, r2_oneshot, r2_keepalive, r2_resumed, r3_handoff or r3_adopt"
 
 func run() error {
 	name := flag.String("scenario", "aggregate", "what to record: "+scenarioNames)
@@ -135,6 +150,7 @@ func run() error {
 	w.RegisterActivityWithOptions(acts.publishBatch, activity.RegisterOptions{Name: workflows.PublishBatchActivity})
 	w.RegisterActivityWithOptions(quarantine, activity.RegisterOptions{Name: workflows.QuarantineActivity})
 	w.RegisterActivityWithOptions(repair, activity.RegisterOptions{Name: workflows.RepairActivity})
+	w.RegisterActivityWithOptions(acts.release, activity.RegisterOptions{Name: workflows.ReleaseAggregateActivity})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}

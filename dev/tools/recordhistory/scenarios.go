@@ -300,3 +300,65 @@ func waitBlocked(ctx context.Context, c client.Client, id, runID string) (*workf
 		}
 	}
 }
+
+// recordR3Handoff: see the package doc.
+func recordR3Handoff(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (string, string, error) {
+	acts.mu.Lock()
+	acts.flaky["evt-1"] = 1
+	acts.busyReleases = 2
+	acts.mu.Unlock()
+	in := workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", Revision: workflows.Revision3, OneShot: true,
+		Epoch: 7, Handoff: true, HandoffCause: "Unroutable", Pending: []workflows.EventRef{ref(1), ref(2)}}
+	we, err := startOneShot(ctx, c, taskQueue, in)
+	if err != nil {
+		return "", "", err
+	}
+	if err := waitDelivered(ctx, c, we.GetID(), we.GetRunID(), 2); err != nil {
+		return "", "", err
+	}
+	time.Sleep(500 * time.Millisecond) // the first release answers Busy
+	if err := c.SignalWorkflow(ctx, we.GetID(), we.GetRunID(), workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(3)}, Epoch: 7}); err != nil {
+		return "", "", fmt.Errorf("signal 3: %w", err)
+	}
+	if err := waitDelivered(ctx, c, we.GetID(), we.GetRunID(), 3); err != nil {
+		return "", "", err
+	}
+	time.Sleep(500 * time.Millisecond) // the second answers Busy too
+	if err := c.SignalWorkflow(ctx, we.GetID(), we.GetRunID(), workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(4)}, Epoch: 7}); err != nil {
+		return "", "", fmt.Errorf("signal 4: %w", err)
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", we.GetID(), err)
+	}
+	return we.GetID(), we.GetRunID(), nil
+}
+
+// recordR3Adopt: see the package doc.
+func recordR3Adopt(ctx context.Context, c client.Client, taskQueue string, acts *standIns) (string, string, error) {
+	id := workflows.WorkflowID("order", "o-1")
+	acts.mu.Lock()
+	acts.settings = workflows.Settings{IdleTimeout: time.Minute}
+	acts.flaky["evt-2"] = 1
+	acts.mu.Unlock()
+	we, err := c.SignalWithStartWorkflow(ctx, id, workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(1)}},
+		client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue},
+		workflows.AggregateWorkflowName,
+		workflows.AggregateInput{AggregateType: "order", AggregateID: "o-1", Revision: workflows.Revision2})
+	if err != nil {
+		return "", "", fmt.Errorf("signal-with-start %s: %w", id, err)
+	}
+	if err := waitDelivered(ctx, c, id, we.GetRunID(), 1); err != nil {
+		return "", "", err
+	}
+	if err := c.SignalWorkflow(ctx, id, we.GetRunID(), workflows.EventsSignal,
+		workflows.EventsSignalArg{Events: []workflows.EventRef{ref(2)}, Epoch: 9, Handoff: true}); err != nil {
+		return "", "", fmt.Errorf("signal 2: %w", err)
+	}
+	if err := we.Get(ctx, nil); err != nil {
+		return "", "", fmt.Errorf("workflow %s: %w", id, err)
+	}
+	return id, we.GetRunID(), nil
+}

@@ -16,6 +16,20 @@ type standIns struct {
 	poisoned map[string]bool    // event ids whose publish fails with a retryable "Unroutable"
 	flaky    map[string]int     // event ids whose next regular attempts fail, and how many
 	settings workflows.Settings // what the worker answers runs of Revision2
+	// busyReleases: how many releases answer Busy (versions handed to the
+	// run but not delivered) before one answers Released.
+	busyReleases int
+}
+
+// release stands in for activities.ReleaseAggregate.
+func (s *standIns) release(_ context.Context, in workflows.ReleaseInput) (workflows.ReleaseResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busyReleases > 0 {
+		s.busyReleases--
+		return workflows.ReleaseResult{Busy: true, Delivered: 3, HandedVersion: 4}, nil
+	}
+	return workflows.ReleaseResult{Released: true}, nil
 }
 
 func (s *standIns) poison(eventID string) {
