@@ -97,11 +97,11 @@ test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_D
 # -temporal-cluster 2 added as a cluster of processes (bin/ferry-dev dev temporal:
 # a frontend process and 2 history processes).
 .PHONY: bench
-bench: build-ferry bench-bin ## Ferry vs. a plain relay, full size, 3 reps: table + bench-output/ (about 1 hour)
+bench: build-ferry bench-bin ## Ferry in both lanes vs. a plain relay, full size, 3 reps: table + bench-output/ (about 2 hours, estimate)
 	./$(BIN)/ferry-bench $(BENCH_FLAGS)
 
 .PHONY: bench-quick
-bench-quick: build-ferry bench-bin ## The benchmark at 1/10 size, 1 rep (about 4 min, plus the builds)
+bench-quick: build-ferry bench-bin ## The benchmark at 1/10 size, 1 rep (about 12 min, plus the builds)
 	./$(BIN)/ferry-bench -scale 0.1 -reps 1 -duration 10s -commit-duration 3s $(BENCH_FLAGS)
 
 .PHONY: bench-bin

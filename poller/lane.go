@@ -345,11 +345,16 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 		c     claimed
 	)
 	_, err = pgx.ForEachRow(rs, []any{&k.Type, &k.ID, &epoch, &c.id, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts}, func() error {
+		// A line is an owned aggregate (its epoch) or a claimed row (its
+		// aggregate's, in any order).
 		a := byKey[k]
 		if a == nil {
-			a = &laneAggregate{aggType: k.Type, aggID: k.ID, epoch: epoch}
+			a = &laneAggregate{aggType: k.Type, aggID: k.ID}
 			byKey[k] = a
 			out = append(out, a)
+		}
+		if epoch > 0 {
+			a.epoch = epoch
 		}
 		if c.id != "" {
 			c.aggType, c.aggID = k.Type, k.ID
@@ -567,18 +572,17 @@ type markResult struct {
 // mark runs one of the lane's mark statements over aggs.
 func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pause time.Duration, downErr error) (map[*laneAggregate]markResult, error) {
 	n := len(aggs)
-	types, ids, epochs, upto := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
+	types, ids, epochs, upto, lo := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	handoff, causes, handed := make([]bool, n), make([]string, n), make([]int64, n)
-	var confirmed, backoffIDs, handedIDs []string
+	var backoffIDs, handedIDs []string
 	byKey := make(map[outbox.AggregateKey]*laneAggregate, n)
 	for i, a := range aggs {
 		types[i], ids[i], epochs[i] = a.aggType, a.aggID, a.epoch
 		byKey[outbox.AggregateKey{Type: a.aggType, ID: a.aggID}] = a
 		if a.confirmed > 0 {
-			upto[i] = a.events[a.confirmed-1].version
-		}
-		for _, e := range a.events[:a.confirmed] {
-			confirmed = append(confirmed, e.id)
+			// Contiguous versions (the claim's run): the statement marks
+			// the range.
+			lo[i], upto[i] = a.events[0].version, a.events[a.confirmed-1].version
 		}
 		if h, from := a.handoff(); h {
 			handoff[i] = true
@@ -601,7 +605,7 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	if downErr != nil {
 		msg = pgtext.Truncate("the publish-first lane paused after a broker-wide failure: "+downErr.Error(), 1000)
 	}
-	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, confirmed, pause, msg, backoffIDs, handedIDs)
+	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, lo, pause, msg, backoffIDs, handedIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -181,7 +181,10 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	require.Equal(t, []string{WorkloadBurst, WorkloadBacklog}, c.Workloads, "run order is fixed, duplicates dropped")
 	require.Equal(t, 16, c.Clients)
 	require.Equal(t, 3, c.Reps)
-	require.Equal(t, []string{SystemFerry, SystemPlain}, c.Systems)
+	require.Equal(t, []string{SystemFerry, SystemLane, SystemPlain}, c.Systems, "all three systems, in one run")
+	c, err = Config{Systems: []string{SystemPlain, SystemLane, SystemPlain}}.WithDefaults()
+	require.NoError(t, err)
+	require.Equal(t, []string{SystemLane, SystemPlain}, c.Systems, "fixed order, duplicates dropped")
 	c, err = Config{Workloads: []string{WorkloadCeiling, WorkloadOnePerAgg}}.WithDefaults()
 	require.NoError(t, err)
 	require.Equal(t, []string{WorkloadOnePerAgg, WorkloadCeiling}, c.Workloads, "the ceiling runs next to the workload it is compared with")
@@ -268,6 +271,32 @@ func sampleResults() *Results {
 		run(WorkloadSteady500, SystemFerry, 500, ms(200), 3), run(WorkloadSteady500, SystemPlain, 500, ms(20), 0),
 		run(WorkloadBacklog, SystemFerry, 250, ms(9000), 2), run(WorkloadBacklog, SystemPlain, 2000, ms(900), 0),
 	}
+	// The publish-first lane: every event published directly, at no cost
+	// to the server, but where a run hands aggregates over.
+	lane := func(w string, eps float64, p99 time.Duration) RunResult {
+		r := run(w, SystemLane, eps, p99, 0)
+		r.Temporal = &ProcFigures{CPUPer1k: 0.1, PeakMiB: 200}
+		r.History = &History{}
+		r.Server = &ServerCost{Seconds: 5, PersistenceRequests: 40}
+		r.Lane = &LaneCounts{Events: 1000, Direct: 1000, FirstAttempt: 1000, ToWorkflow: map[string]int{}}
+		return r
+	}
+	start := lane(WorkloadBurstStart, 110, ms(1600))
+	start.Server = &ServerCost{Seconds: 5, StateTransitions: 3400, Actions: 1400, VisibilityWrites: 2200, RunsStarted: 1100}
+	start.History = &History{Aggregates: 100, Sampled: 100, Runs: 100, Events: 1500, WorkflowTasks: 300}
+	start.Lane = &LaneCounts{Events: 1000, ViaWorkflow: 1000, ToWorkflow: map[string]int{"NeedsWorkflow": 100}, ToLane: 100, Workflows: 100}
+	probed := lane(WorkloadSteady500, 500, ms(150))
+	probed.Server.StateTransitions, probed.Server.Actions = 9, 4
+	probed.Lane.ToWorkflow = map[string]int{"Unroutable": 1}
+	probed.Lane.Workflows = 1
+	probed.Probe = &Probe{AtSeconds: 30, Handed: ms(40), Cause: "Unroutable", Listed: ms(1200), Retrying: ms(2100)}
+	after := lane(WorkloadSteadyAfterBurst, 100, ms(80))
+	after.BurstEvents = 1000
+	after.Lane.Events, after.Lane.Direct, after.Lane.FirstAttempt = 2000, 2000, 1990
+	res.Runs = append(res.Runs,
+		lane(WorkloadBurst, 900, ms(200)), start, lane(WorkloadOnePerAgg, 700, ms(100)), lane(WorkloadHot, 950, ms(95)),
+		lane(WorkloadSteady100, 100, ms(60)), probed, after, lane(WorkloadBacklog, 1800, ms(1000)),
+		run(WorkloadSteadyAfterBurst, SystemPlain, 100, ms(20), 0))
 	res.Commit = &CommitSummary{Clients: 16, Seconds: 10, BusinessOnly: 2000, WithOutbox: 800, WithOutboxNoNotify: 1800,
 		OutboxCost: 0.6, OutboxCostNoNotify: 0.1, WithPlainRow: 1700, PlainRowCost: 0.15}
 	ceiling := func(variant string, rate, eager float64) CeilingRun {
@@ -298,11 +327,40 @@ func TestTargetsAreComputedFromTheFigures(t *testing.T) {
 		"MISS one-per-agg: 40% (200 events/s vs 500 workflows/s by eager start; signal-with-start 300/s)",
 		"MISS commit: 60% (2,000 → 800 commits/s; 10% with NOTIFY off); a plain second row costs 15%",
 		"PASS backlog: ferry ×1.17 (peak 40 MiB), Temporal ×1.03 (peak 300 MiB)",
+		"PASS burst: 0.90× (900 vs 1,000 events/s)",
+		"MISS one-per-agg: 0.70× (700 vs 1,000 events/s)",
+		"PASS backlog: 0.90× (1,800 vs 2,000 events/s)",
+		"PASS steady-100: p99 60.0ms, 100 events/s delivered (after the first 10s: p99 30.0ms)",
+		"MISS steady-500: p99 150ms, 500 events/s delivered (after the first 10s: p99 75.0ms)",
+		"PASS steady-100-after-burst: p99 80.0ms, 100 events/s delivered (after the first 10s: p99 40.0ms)",
+		// The burst-start run (every aggregate handed over) and the probe's
+		// run are left out: their workflows' cost is not of events the lane
+		// published.
+		"PASS publish-first: 0 state transitions, 0 billed actions over 7,000 events in 6 runs (burst, one-per-agg, hot, steady-100, steady-100-after-burst, backlog): " +
+			"7,000 published directly, 6,990 at their first attempt; 2 runs with a handoff (a destination, the probe, a failure) left out",
+		"PASS steady-500: listed after 1.20s (handed over after 40.0ms, the activity's second attempt after 2.10s), median of 1",
+		"NOT RUN ferry needs -baseline, an earlier results.json",
 	}, got)
 	require.Empty(t, res.Problems)
 
+	for _, tg := range res.Targets {
+		if strings.HasPrefix(tg.Goal, "ferry (workflow lane) no worse") {
+			require.Equal(t, SystemFerry, tg.System, "the baseline's target is the workflow lane's")
+		} else if strings.Contains(tg.Goal, "publish-first") {
+			require.Equal(t, SystemLane, tg.System, tg.Goal)
+		} else {
+			require.Equal(t, SystemFerry, tg.System, tg.Goal)
+		}
+	}
+
 	ws := res.workload(WorkloadBurst)
 	require.InDelta(t, 0.6, ws.ThroughputRatio, 1e-9)
+	require.InDelta(t, 0.9, ws.LaneThroughputRatio, 1e-9)
+	require.Equal(t, &CostPerUnit{}, ws.Lane.ServerPerEvent, "measured, and nothing")
+	require.True(t, ws.Lane.history)
+	after := res.workload(WorkloadSteadyAfterBurst)
+	require.Equal(t, &LaneCounts{Events: 2000, Direct: 2000, FirstAttempt: 1990}, after.Lane.Lane)
+	require.Equal(t, &ProbeSummary{Reps: 1, Handed: ms(40), Listed: ms(1200), Retrying: ms(2100)}, res.workload(WorkloadSteady500).Lane.Probe)
 	require.InDelta(t, 3.0, ws.P99Ratio, 1e-9)
 	require.InDelta(t, 0.4, ws.Ferry.WorkflowTasksPerEvent, 1e-9)
 	require.Equal(t, &CostPerUnit{StateTransitions: 0.15, Actions: 0.3, VisibilityWrites: 0.3, RunsStarted: 0.1}, ws.Ferry.ServerPerEvent)
@@ -317,7 +375,7 @@ func TestTargetsAreComputedFromTheFigures(t *testing.T) {
 	for _, tg := range partial.Targets {
 		statuses[tg.Status]++
 	}
-	require.Equal(t, map[string]int{Pass: 2, NotRun: 7}, statuses)
+	require.Equal(t, map[string]int{Pass: 2, NotRun: 16}, statuses)
 	require.Nil(t, partial.Ceiling)
 }
 
@@ -349,6 +407,12 @@ func TestWriteTableAndJSON(t *testing.T) {
 		"Temporal's own count of its work per event", "6.00", "billed actions:", "The same in all", "6,000",
 		"burst-start: received = the row marked published", "burst-start-no-broker: received = the row marked published", "3.20", "0.12×",
 		"Engine ceiling: 1,000 trivial workflows", "signal-with-start", "eager start", "100%", "= 67% of the signal-with-start ceiling, 40% of the eager start ceiling",
+		"publish-first = bin/ferry run\n--lane publish-first", "publish-first/plain", "0.90×",
+		"burst-start publish-first: every event needs the workflow", "burst-start-no-broker: not run in publish-first",
+		"steady-100-after-burst: figures of the steady phase, which starts once the burst's 10,000 events were received",
+		"Where publish-first's events went", "NeedsWorkflow 100", "Unroutable 1",
+		"handoff probe (steady-500)",
+		"the workflow lane (ferry):", "the publish-first lane (issue 24):",
 	} {
 		require.Contains(t, text, want)
 	}
@@ -372,13 +436,13 @@ func TestWriteTableAndJSON(t *testing.T) {
 		Targets []Target `json:"targets"`
 	}
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
-	require.Len(t, back.Workloads, 8)
+	require.Len(t, back.Workloads, 9)
 	require.Equal(t, "burst", back.Workloads[0].Name)
 	require.Equal(t, 600.0, back.Workloads[0].Ferry.Throughput)
 	require.Equal(t, ms(900).Nanoseconds(), back.Workloads[0].Ferry.Latency.P99)
 	require.InDelta(t, 1.8, back.Workloads[0].Ferry.History, 1e-9)
 	require.InDelta(t, 0.6, back.Workloads[0].Ratio, 1e-9)
-	require.Len(t, back.Targets, 9)
+	require.Len(t, back.Targets, 18)
 }
 
 func TestCDFPoints(t *testing.T) {

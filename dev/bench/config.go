@@ -23,11 +23,13 @@ type Config struct {
 	Reps int
 	// Workloads to run, from WorkloadNames. Default all.
 	Workloads []string
-	// Systems to run, "ferry" and/or "plain". Default both.
+	// Systems to run: "ferry" (bin/ferry run in the workflow lane, the
+	// default lane), "publish-first" (bin/ferry run --lane publish-first)
+	// and "plain" (the plain relay). Default all three.
 	Systems []string
-	// Sources are the relay sources Ferry runs with, each a run of its own
-	// per workload and rep: "poll" (--source poll, as shipped) and/or
-	// "wal" (--source wal). Default poll. With wal the bench starts a
+	// Sources are the relay sources both Ferry systems run with, each a
+	// run of its own per workload and rep: "poll" (--source poll, as
+	// shipped) and/or "wal" (--source wal). Default poll. With wal the bench starts a
 	// PostgreSQL cluster of its own (PostgresBin, wal_level=logical) and
 	// every system and source runs on it, so that all see the same server;
 	// PostgresURL must then be empty.
@@ -94,6 +96,12 @@ type Config struct {
 	HistorySample int
 	// RelayBatchSize is the plain relay's claim size. Default 500.
 	RelayBatchSize int
+	// Baseline is an earlier results.json (of the workflow lane, "ferry",
+	// and the plain relay) that the workflow lane's figures of this run
+	// are held against: its ratio to the plain relay and the server's
+	// counts per event, workload by workload. Default none: that target is
+	// not run.
+	Baseline string
 	// Settle is how long a Ferry run waits after its last event arrived
 	// before it waits for the server to go idle and reads its counts and
 	// the Temporal histories. Default 1s: the last workflow tasks are in,
@@ -117,20 +125,33 @@ const (
 	WorkloadHot                = "hot"
 	WorkloadSteady100          = "steady-100"
 	WorkloadSteady500          = "steady-500"
-	WorkloadBacklog            = "backlog"
+	// WorkloadSteadyAfterBurst commits a burst, waits until it is
+	// delivered and at once, with no wait for the server to go idle,
+	// produces steady-100: the steady figures right after a burst.
+	WorkloadSteadyAfterBurst = "steady-100-after-burst"
+	WorkloadBacklog          = "backlog"
 )
 
 // WorkloadNames lists every workload in run order.
 // The start destination's workloads run next to burst, which they are
 // compared with; the ceiling next to one-per-agg, which it is compared
 // with, on a Temporal database of about the same size.
-var WorkloadNames = []string{WorkloadCommit, WorkloadBurst, WorkloadBurstStart, WorkloadBurstStartNoBroker, WorkloadOnePerAgg, WorkloadCeiling, WorkloadHot, WorkloadSteady100, WorkloadSteady500, WorkloadBacklog}
+var WorkloadNames = []string{WorkloadCommit, WorkloadBurst, WorkloadBurstStart, WorkloadBurstStartNoBroker, WorkloadOnePerAgg, WorkloadCeiling, WorkloadHot, WorkloadSteady100, WorkloadSteady500, WorkloadSteadyAfterBurst, WorkloadBacklog}
 
-// Systems under test.
+// Systems under test. SystemFerry and SystemLane are both bin/ferry run,
+// in the workflow lane (the default: every event through its aggregate's
+// workflow) and in the publish-first lane.
 const (
 	SystemFerry = "ferry"
+	SystemLane  = "publish-first"
 	SystemPlain = "plain"
 )
+
+// SystemNames lists the systems in the tables' order.
+var SystemNames = []string{SystemFerry, SystemLane, SystemPlain}
+
+// isFerry says whether system runs bin/ferry (with Temporal).
+func isFerry(system string) bool { return system == SystemFerry || system == SystemLane }
 
 // Ferry's relay sources (cmd/ferry/cli's --source).
 const (
@@ -176,7 +197,7 @@ func (c Config) WithDefaults() (Config, error) {
 		c.Workloads = slices.Clone(WorkloadNames)
 	}
 	if len(c.Systems) == 0 {
-		c.Systems = []string{SystemFerry, SystemPlain}
+		c.Systems = slices.Clone(SystemNames)
 	}
 	if len(c.Sources) == 0 {
 		c.Sources = []string{SourcePoll}
@@ -242,10 +263,14 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	}
 	for _, s := range c.Systems {
-		if s != SystemFerry && s != SystemPlain {
-			return c, fmt.Errorf("bench: Config.Systems: unknown system %q; known: ferry, plain", s)
+		if !slices.Contains(SystemNames, s) {
+			return c, fmt.Errorf("bench: Config.Systems: unknown system %q; known: %s", s, strings.Join(SystemNames, ", "))
 		}
 	}
+	slices.SortFunc(c.Systems, func(a, b string) int {
+		return slices.Index(SystemNames, a) - slices.Index(SystemNames, b)
+	})
+	c.Systems = slices.Compact(c.Systems)
 	if len(c.Workloads) == 0 {
 		return c, errors.New("bench: Config.Workloads is empty")
 	}
@@ -271,6 +296,11 @@ type shape struct {
 	rate float64
 	// backlog: every event is committed before the system starts.
 	backlog bool
+	// burst (steady only): before the steady phase, burst aggregates × 10
+	// events (1 KiB, one transaction per aggregate) are committed and
+	// delivered; the steady phase starts right after, and the run's
+	// latency and throughput are the steady phase's.
+	burst int
 	// destination: Ferry delivers every event to a start workflow
 	// destination (destinationRoute), and an event counts as delivered
 	// when its row is marked published, for every system (markWatch);
@@ -282,7 +312,7 @@ type shape struct {
 // events is how many events the shape commits (steady: the planned count).
 func (s shape) events(steady time.Duration) int {
 	if s.rate > 0 {
-		return int(s.rate * steady.Seconds())
+		return int(s.rate*steady.Seconds()) + s.burst*burstEventsPerTx
 	}
 	return s.txs * s.eventsPerTx
 }
@@ -292,7 +322,7 @@ func (s shape) events(steady time.Duration) int {
 func (s shape) aggregateIDs(events int) []string {
 	n := s.aggregates
 	if s.rate > 0 {
-		n = min(n, events)
+		n = max(min(n, events), s.burst)
 	}
 	ids := make([]string, n)
 	for i := range ids {
@@ -334,6 +364,10 @@ func shapeOf(name string, scale float64) shape {
 		}
 		return shape{name: name, what: fmt.Sprintf("%g events/s, one per transaction, over 100 aggregates", r),
 			aggregates: 100, eventsPerTx: 1, payloadBytes: 128, rate: r}
+	case WorkloadSteadyAfterBurst:
+		b := n(1000)
+		return shape{name: name, what: fmt.Sprintf("burst's %s aggregates × 10 events, delivered, then at once 100 events/s, one per transaction, over 100 of them; figures of the steady phase", count(b)),
+			aggregates: 100, eventsPerTx: 1, payloadBytes: 128, rate: 100, burst: b}
 	case WorkloadBacklog:
 		a := n(10000)
 		return shape{name: name, what: fmt.Sprintf("%s events (%s aggregates × 10) committed while the relay is stopped, then drained", count(a*10), count(a)),
@@ -341,6 +375,13 @@ func shapeOf(name string, scale float64) shape {
 	}
 	panic("bench: no shape for workload " + name)
 }
+
+// burstEventsPerTx and burstPayload are the burst's (and the prelude
+// burst's of WorkloadSteadyAfterBurst).
+const (
+	burstEventsPerTx = 10
+	burstPayload     = 1024
+)
 
 // count formats n with thousands separators: 10000 → "10,000".
 func count(n int) string {

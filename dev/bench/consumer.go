@@ -181,8 +181,17 @@ type Consumer struct {
 	err   error
 }
 
+// consumerBinding binds the consumer's queue to the routing keys of the
+// producer's events, <aggregate type>.bench (delivery.DefaultRoutingKey;
+// the bench's aggregate types have no dot).
+const consumerBinding = "*." + benchEventType
+
 // StartConsumer declares the exchange (as Ferry does) and the consumer's
 // queue, and starts consuming.
+//
+// The queue takes the routing keys of the producer's events alone
+// (consumerBinding), so the handoff probe's event type is unroutable: no
+// queue of the bench's exchange takes it.
 func StartConsumer(amqpURL, exchange, queue string) (*Consumer, error) {
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
@@ -199,7 +208,7 @@ func StartConsumer(amqpURL, exchange, queue string) (*Consumer, error) {
 		_, err = ch.QueueDeclare(queue, true, false, true, false, nil)
 	}
 	if err == nil {
-		err = ch.QueueBind(queue, "#", exchange, false, nil)
+		err = ch.QueueBind(queue, consumerBinding, exchange, false, nil)
 	}
 	if err == nil {
 		err = ch.Qos(2000, 0, false)

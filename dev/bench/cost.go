@@ -164,7 +164,7 @@ func (res *Results) writeServerCost(w io.Writer) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nTemporal's own count of its work per event (Ferry; the server's /metrics before the run and once it went idle after):\n")
+	fmt.Fprintf(w, "\nTemporal's own count of its work per event (both Ferry lanes; the server's /metrics before the run and once it went idle after):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-12s\t%-11s\tstate transitions/ev\tbilled actions/ev\tvisibility writes/ev\truns started/ev\tpersistence mean\tpersistence p99\t\n", "workload", "system")
 	for _, s := range rows {

@@ -1,9 +1,11 @@
 // Package bench is Ferry's benchmark: it measures Ferry as
 // shipped — the ferry binary's `run` command, a separate process, on the
-// embedded Temporal server in a process of its own — side by side with a
-// plain relay (Relay: SKIP LOCKED claim → publish with pipelined confirms →
-// mark published, no workflow engine), on the same PostgreSQL, RabbitMQ
-// and producer, alternating, and reports medians. Ferry runs once per
+// embedded Temporal server in a process of its own — in both its lanes
+// (SystemFerry, the workflow lane; SystemLane, the publish-first lane,
+// see lane.go) side by side with a plain relay (Relay: SKIP LOCKED claim →
+// publish with pipelined confirms → mark published, no workflow engine),
+// on the same PostgreSQL, RabbitMQ and producer, alternating, and reports
+// medians. Ferry runs once per
 // selected relay source (Config.Sources): polling (--source poll, the
 // default) and log tailing (--source wal). Log tailing needs
 // wal_level=logical, so with it the bench starts a PostgreSQL cluster of its

@@ -183,26 +183,35 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// closeRun terminates the run's aggregate workflows that are still open,
-// idle until ferry's idle timeout. Left alone, each would fire its timer
-// and complete (with no worker on the run's task queue, its last workflow
-// task would wait forever) during a later run, whose figures would then
-// carry the earlier run's completions: thousands after one-per-agg. It
-// returns how many it terminated.
-func closeRun(ctx context.Context, c client.Client, aggType string, aggIDs []string) (int, error) {
+// workflowIDsOf are the workflow IDs of aggType's aggregates aggIDs.
+func workflowIDsOf(aggType string, aggIDs []string) []string {
+	ids := make([]string, len(aggIDs))
+	for i, id := range aggIDs {
+		ids[i] = workflows.WorkflowID(aggType, id)
+	}
+	return ids
+}
+
+// closeWorkflows terminates those of the workflows ids (a run's) that
+// are still open, idle until ferry's idle timeout or retrying. Left alone,
+// each would fire its timer and complete (with no worker on the run's task
+// queue, its last workflow task would wait forever) during a later run,
+// whose figures would then carry the earlier run's completions: thousands
+// after one-per-agg. It returns how many it terminated.
+func closeWorkflows(ctx context.Context, c client.Client, ids []string) (int, error) {
 	var mu sync.Mutex
 	closed := 0
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
-	for _, id := range aggIDs {
+	for _, id := range ids {
 		g.Go(func() error {
-			err := c.TerminateWorkflow(gctx, workflows.WorkflowID(aggType, id), "", "ferry-bench: the run is over")
+			err := c.TerminateWorkflow(gctx, id, "", "ferry-bench: the run is over")
 			var notFound *serviceerror.NotFound
 			switch {
 			case errors.As(err, &notFound):
 				return nil // completed already
 			case err != nil:
-				return fmt.Errorf("terminate %s: %w", workflows.WorkflowID(aggType, id), err)
+				return fmt.Errorf("terminate %s: %w", id, err)
 			}
 			mu.Lock()
 			closed++

@@ -25,9 +25,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `ferry-bench measures Ferry (the ferry binary, as shipped, with its embedded
-Temporal server) against a plain relay in the same run, reads the server's own
-counts of its work (state transitions, billed actions, visibility writes),
-measures the engine's own ceiling, and checks its targets. It needs PostgreSQL
+Temporal server) in both its lanes, the workflow lane (ferry) and the
+publish-first lane (publish-first), against a plain relay in the same run,
+reads the server's own counts of its work (state transitions, billed actions,
+visibility writes), measures the engine's own ceiling, and checks its targets. It needs PostgreSQL
 and RabbitMQ; it starts everything else.
 
 Workloads: %s
@@ -40,8 +41,9 @@ Flags:
 	fs.Float64Var(&cfg.Scale, "scale", 1, "multiply the event counts of burst, burst-start, one-per-agg, hot and backlog, and the ceiling's workflows (0.1 for a quick run)")
 	fs.IntVar(&cfg.Reps, "reps", 3, "runs per workload and system; the table shows medians")
 	fs.StringVar(&workloads, "workloads", strings.Join(WorkloadNames, ","), "comma-separated workloads to run")
-	fs.StringVar(&systems, "systems", "ferry,plain", "comma-separated systems: ferry, plain")
-	fs.StringVar(&sources, "sources", SourcePoll, "comma-separated relay sources Ferry runs with, each a run of its own: poll, wal (log tailing; the bench then starts a PostgreSQL cluster of its own with wal_level=logical and runs every system on it, so leave -postgres-url out)")
+	fs.StringVar(&systems, "systems", strings.Join(SystemNames, ","), "comma-separated systems: ferry (bin/ferry run, the workflow lane), publish-first (bin/ferry run --lane publish-first), plain (the plain relay)")
+	fs.StringVar(&cfg.Baseline, "baseline", "", "an earlier results.json: the workflow lane's ratio to the plain relay and the server's counts per event are held against it (a target)")
+	fs.StringVar(&sources, "sources", SourcePoll, "comma-separated relay sources both Ferry systems run with, each a run of its own: poll, wal (log tailing; the bench then starts a PostgreSQL cluster of its own with wal_level=logical and runs every system on it, so leave -postgres-url out)")
 	fs.StringVar(&cfg.PostgresBin, "pg-bin", env("FERRY_BENCH_PG_BIN", ""), "folder of initdb and pg_ctl for the bench's own cluster with -sources wal (FERRY_BENCH_PG_BIN; default "+defaultPostgresBin+")")
 	fs.DurationVar(&cfg.SteadyDuration, "duration", 0, "how long each steady-rate workload produces (default 1m)")
 	fs.DurationVar(&cfg.CommitDuration, "commit-duration", 0, "how long each producer commit-rate variant runs (default 10s)")
@@ -83,6 +85,14 @@ Flags:
 		return 2
 	}
 
+	var baseline *Results
+	if cfg.Baseline != "" {
+		if baseline, err = ReadBaseline(cfg.Baseline); err != nil {
+			fmt.Fprintf(stderr, "ferry-bench: -baseline: %v\n", err)
+			return 2
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p := newProgress(stderr)
@@ -91,7 +101,7 @@ Flags:
 	if set := ferryEnv(); len(set) > 0 {
 		fmt.Fprintf(stderr, "ferry-bench: ferry also gets these settings from your environment: %s\n", strings.Join(set, " "))
 	}
-	r := &runner{cfg: cfg, progress: p}
+	r := &runner{cfg: cfg, progress: p, baseline: baseline}
 	res, err := r.run(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -154,7 +164,7 @@ func env(name, def string) string {
 func ferryEnv() []string {
 	own := map[string]bool{"FERRY_POSTGRES_URL": true, "FERRY_AMQP_URL": true, "FERRY_TEMPORAL_ADDRESS": true,
 		"FERRY_TEMPORAL_NAMESPACE": true, "FERRY_EXCHANGE": true, "FERRY_TASK_QUEUE": true, "FERRY_NO_SCHEDULES": true, "FERRY_LOG_LEVEL": true,
-		"FERRY_SOURCE": true, "FERRY_WAL_SLOT": true, "FERRY_WAL_PUBLICATION": true,
+		"FERRY_SOURCE": true, "FERRY_LANE": true, "FERRY_WAL_SLOT": true, "FERRY_WAL_PUBLICATION": true,
 		"FERRY_DESTINATIONS": true, "FERRY_NO_BROKER": true}
 	var out []string
 	for _, kv := range os.Environ() {

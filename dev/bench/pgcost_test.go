@@ -34,15 +34,24 @@ func TestSourcesDefaultsAndValidation(t *testing.T) {
 
 func TestEntriesRunFerryOncePerSource(t *testing.T) {
 	t.Parallel()
-	r := &runner{cfg: Config{Systems: []string{SystemFerry, SystemPlain}, Sources: []string{SourcePoll, SourceWAL}}}
-	require.Equal(t, []entry{{SystemFerry, SourcePoll}, {SystemFerry, SourceWAL}, {SystemPlain, ""}}, r.entries())
-	require.Equal(t, []string{"ferry", "ferry-wal", "plain"}, []string{r.entries()[0].name(), r.entries()[1].name(), r.entries()[2].name()})
+	r := &runner{cfg: Config{Systems: []string{SystemFerry, SystemLane, SystemPlain}, Sources: []string{SourcePoll, SourceWAL}}}
+	burst := shapeOf(WorkloadBurst, 1)
+	require.Equal(t, []entry{{SystemFerry, SourcePoll}, {SystemFerry, SourceWAL}, {SystemLane, SourcePoll}, {SystemLane, SourceWAL}, {SystemPlain, ""}}, r.entries(burst))
+	var names []string
+	for _, e := range r.entries(burst) {
+		names = append(names, e.name())
+	}
+	require.Equal(t, []string{"ferry", "ferry-wal", "publish-first", "publish-first-wal", "plain"}, names)
+	require.Equal(t, []entry{{SystemFerry, SourcePoll}, {SystemFerry, SourceWAL}, {SystemPlain, ""}}, r.entries(shapeOf(WorkloadBurstStartNoBroker, 1)),
+		"the publish-first lane publishes to RabbitMQ: not run without a broker")
 
-	env := r.ferryEnv(SourceWAL, 7)
+	env := r.ferryEnv(SystemFerry, SourceWAL, 7)
 	require.Contains(t, env, "FERRY_SOURCE=wal")
 	require.Contains(t, env, "FERRY_WAL_SLOT=ferry_bench_7", "a slot per run, dropped after it")
-	require.Contains(t, r.ferryEnv(SourcePoll, 8), "FERRY_SOURCE=poll")
-	require.NotContains(t, r.ferryEnv(SourcePoll, 8), "FERRY_WAL_SLOT=ferry_bench_8")
+	require.Contains(t, env, "FERRY_LANE=workflow", "set, so that the bench's own environment cannot change the lane")
+	require.Contains(t, r.ferryEnv(SystemFerry, SourcePoll, 8), "FERRY_SOURCE=poll")
+	require.NotContains(t, r.ferryEnv(SystemFerry, SourcePoll, 8), "FERRY_WAL_SLOT=ferry_bench_8")
+	require.Contains(t, r.ferryEnv(SystemLane, SourcePoll, 9), "FERRY_LANE=publish-first")
 }
 
 func TestParseLSN(t *testing.T) {

@@ -20,6 +20,8 @@ import (
 var (
 	ferryColor    = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	ferryWALColor = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	laneColor     = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
+	laneWALColor  = color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}
 	plainColor    = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 )
 
@@ -76,8 +78,8 @@ func cdfPoints(samples []time.Duration, n int) plotter.XYs {
 	return pts
 }
 
-// WritePlot draws one latency CDF per workload, Ferry (each source) and the
-// plain relay together, the samples of all reps pooled, as a PNG.
+// WritePlot draws one latency CDF per workload, Ferry (each lane and
+// source) and the plain relay together, the samples of all reps pooled, as a PNG.
 func (res *Results) WritePlot(path string) error {
 	var panels []*plot.Plot
 	for _, ws := range res.Workloads {
@@ -98,7 +100,7 @@ func (res *Results) WritePlot(path string) error {
 		for _, sys := range []struct {
 			name string
 			c    color.Color
-		}{{SystemFerry, ferryColor}, {variantFerryWAL, ferryWALColor}, {SystemPlain, plainColor}} {
+		}{{SystemFerry, ferryColor}, {variantFerryWAL, ferryWALColor}, {SystemLane, laneColor}, {variantLaneWAL, laneWALColor}, {SystemPlain, plainColor}} {
 			var all []time.Duration
 			for _, r := range res.Runs {
 				if r.Workload == ws.Name && r.variant() == sys.name {

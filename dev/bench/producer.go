@@ -29,6 +29,11 @@ CREATE TABLE IF NOT EXISTS bench_orders (
     created_at   timestamptz NOT NULL DEFAULT now()
 )`
 
+// benchEventType is the event type of every event the producer commits
+// (the handoff probe's excepted): the consumer binds its routing keys
+// alone (consumerBinding).
+const benchEventType = "bench"
+
 // producer commits business rows with outbox events through the outbox
 // API, from several clients at once, and notes each event's commit time.
 type producer struct {
@@ -62,6 +67,26 @@ func (c *commits) add(ids []string, at time.Time) {
 	c.transactions++
 }
 
+// firstCommit is the first commit's time; zero before it.
+func (c *commits) firstCommit() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
+}
+
+// since counts the events committed at or after t.
+func (c *commits) since(t time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, at := range c.at {
+		if !at.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *commits) events() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -90,7 +115,7 @@ func (p *producer) run(ctx context.Context, aggType string, size int, jobs <-cha
 			for j := range jobs {
 				evs = evs[:0]
 				for range j.n {
-					evs = append(evs, outbox.Event{AggregateType: aggType, AggregateID: j.aggID, EventType: "bench", Payload: body})
+					evs = append(evs, outbox.Event{AggregateType: aggType, AggregateID: j.aggID, EventType: benchEventType, Payload: body})
 				}
 				ids, err := p.commit(ctx, j.aggID, evs)
 				if err != nil {
@@ -222,7 +247,7 @@ func (p *producer) commitRate(ctx context.Context, d time.Duration, aggType stri
 				agg := aggregateID(client*1_000_000 + i)
 				var evs []outbox.Event
 				if extra == extraOutbox {
-					evs = []outbox.Event{{AggregateType: aggType, AggregateID: agg, EventType: "bench", Payload: body}}
+					evs = []outbox.Event{{AggregateType: aggType, AggregateID: agg, EventType: benchEventType, Payload: body}}
 				}
 				var err error
 				if extra == extraPlainRow {

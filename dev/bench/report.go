@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"runtime"
@@ -27,6 +28,26 @@ type Results struct {
 	Problems    []string     `json:"problems"`
 	Runs        []RunResult  `json:"runs"`
 	CeilingRuns []CeilingRun `json:"ceiling_runs,omitempty"`
+
+	// baseline is Config.Baseline's results, read before the run.
+	baseline *Results
+}
+
+// ReadBaseline reads an earlier results.json for Config.Baseline.
+func ReadBaseline(path string) (*Results, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the baseline: %w", err)
+	}
+	defer f.Close()
+	var b Results
+	if err := json.NewDecoder(f).Decode(&b); err != nil {
+		return nil, fmt.Errorf("read the baseline %s: not a ferry-bench results.json: %w", path, err)
+	}
+	if len(b.Workloads) == 0 {
+		return nil, fmt.Errorf("read the baseline %s: it has no workloads", path)
+	}
+	return &b, nil
 }
 
 // Machine describes where the benchmark ran.
@@ -75,24 +96,39 @@ type RunResult struct {
 	// Postgres is what PostgreSQL did during the run.
 	Postgres *PostgresCost `json:"postgres,omitempty"`
 	// Memory is sampled every 500 ms during a backlog drain.
-	Memory  []memPoint `json:"memory,omitempty"`
-	Problem string     `json:"problem,omitempty"`
+	Memory []memPoint `json:"memory,omitempty"`
+	// BurstEvents are the events of the burst committed and delivered
+	// before the steady phase (WorkloadSteadyAfterBurst); Events,
+	// Throughput and Latency are the steady phase's, the verdict is of
+	// both, and the costs per event divide by both.
+	BurstEvents int `json:"burst_events,omitempty"`
+	// Lane is where the run's events went in the publish-first lane
+	// (SystemLane runs only), from the rows.
+	Lane *LaneCounts `json:"lane,omitempty"`
+	// Probe is the publish-first lane's handoff probe (SystemLane on
+	// probeWorkload only).
+	Probe   *Probe `json:"handoff_probe,omitempty"`
+	Problem string `json:"problem,omitempty"`
 
 	latencies []time.Duration
 }
 
 // Variants: a system with its source, as runs are grouped and shown.
-const variantFerryWAL = "ferry-wal"
+const (
+	variantFerryWAL = "ferry-wal"
+	variantLaneWAL  = "publish-first-wal"
+)
 
-// variants in the order of the tables; Ferry with --source poll is
-// SystemFerry, as before there were sources.
-var variants = []string{SystemFerry, variantFerryWAL, SystemPlain}
+// variants in the order of the tables; each Ferry system with --source
+// poll is the system's name, as before there were sources.
+var variants = []string{SystemFerry, variantFerryWAL, SystemLane, variantLaneWAL, SystemPlain}
 
 // variantOf names a system with its source: "ferry" (source poll, or none
-// in results of older benches), "ferry-wal", "plain".
+// in results of older benches), "ferry-wal", "publish-first",
+// "publish-first-wal", "plain".
 func variantOf(system, source string) string {
-	if system == SystemFerry && source == SourceWAL {
-		return variantFerryWAL
+	if isFerry(system) && source == SourceWAL {
+		return system + "-" + SourceWAL
 	}
 	return system
 }
@@ -129,15 +165,22 @@ type CommitSummary struct {
 type WorkloadSummary struct {
 	Name string `json:"name"`
 	What string `json:"what"`
-	// Ferry is Ferry with --source poll (as shipped), FerryWAL with
-	// --source wal.
+	// Ferry is Ferry's workflow lane with --source poll (as shipped),
+	// FerryWAL with --source wal; Lane and LaneWAL the same in the
+	// publish-first lane.
 	Ferry    *SystemSummary `json:"ferry,omitempty"`
 	FerryWAL *SystemSummary `json:"ferry_wal,omitempty"`
+	Lane     *SystemSummary `json:"publish_first,omitempty"`
+	LaneWAL  *SystemSummary `json:"publish_first_wal,omitempty"`
 	Plain    *SystemSummary `json:"plain,omitempty"`
 	// ThroughputRatio and P99Ratio are Ferry (poll) / plain of the
 	// medians; 0 when a system did not run.
 	ThroughputRatio float64 `json:"throughput_ratio_ferry_over_plain,omitempty"`
 	P99Ratio        float64 `json:"p99_ratio_ferry_over_plain,omitempty"`
+	// LaneThroughputRatio and LaneP99Ratio are the publish-first lane
+	// (poll) / plain.
+	LaneThroughputRatio float64 `json:"throughput_ratio_publish_first_over_plain,omitempty"`
+	LaneP99Ratio        float64 `json:"p99_ratio_publish_first_over_plain,omitempty"`
 	// WALThroughputRatio and WALP99Ratio are Ferry's wal / poll sources.
 	WALThroughputRatio float64 `json:"throughput_ratio_wal_over_poll,omitempty"`
 	WALP99Ratio        float64 `json:"p99_ratio_wal_over_poll,omitempty"`
@@ -166,6 +209,9 @@ type SystemSummary struct {
 	LocalActivitiesPerEvent float64 `json:"local_activities_per_event,omitempty"`
 	SignalsPerEvent         float64 `json:"signals_per_event,omitempty"`
 	HistorySampled          bool    `json:"history_sampled,omitempty"`
+	// history: the histories were read (a publish-first run may have
+	// none to read: 0 per event, not unmeasured).
+	history bool
 	// OpenWorkflows: the share of aggregate workflow runs still open
 	// (idle) when the histories were read, median over the reps.
 	OpenWorkflows float64 `json:"open_workflow_share,omitempty"`
@@ -191,6 +237,12 @@ type SystemSummary struct {
 	MemoryGrowth         float64 `json:"memory_growth,omitempty"`
 	TemporalMemoryGrowth float64 `json:"temporal_memory_growth,omitempty"`
 
+	// Lane sums where the events went in the publish-first lane over the
+	// reps (SystemLane only).
+	Lane *LaneCounts `json:"lane,omitempty"`
+	// Probe is the handoff probe's figures, medians over the reps.
+	Probe *ProbeSummary `json:"handoff_probe,omitempty"`
+
 	Lost       int `json:"lost"`
 	Duplicates int `json:"duplicates"`
 	OutOfOrder int `json:"out_of_order"`
@@ -200,6 +252,9 @@ type SystemSummary struct {
 // Target is one of the benchmark's goals checked against what was
 // measured.
 type Target struct {
+	// System is whose goal it is: the workflow lane's (ferry) or the
+	// publish-first lane's.
+	System string `json:"system"`
 	Goal   string `json:"goal"`
 	Got    string `json:"got"`
 	Status string `json:"status"` // PASS, MISS or NOT RUN
@@ -223,6 +278,10 @@ func (ws *WorkloadSummary) slot(variant string) **SystemSummary {
 		return &ws.Ferry
 	case variantFerryWAL:
 		return &ws.FerryWAL
+	case SystemLane:
+		return &ws.Lane
+	case variantLaneWAL:
+		return &ws.LaneWAL
 	}
 	return &ws.Plain
 }

@@ -29,6 +29,8 @@ const ferryReady = "running:"
 type runner struct {
 	cfg      Config
 	progress *progress
+	// baseline is Config.Baseline's results, or nil.
+	baseline *Results
 
 	// cluster is the bench's own PostgreSQL (Config.Sources with wal),
 	// postmaster its main process; nil and 0 on a server given by URL.
@@ -63,14 +65,17 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
-	res := &Results{Started: started, Machine: readMachine(), Config: r.cfg}
+	res := &Results{Started: started, Machine: readMachine(), Config: r.cfg, baseline: r.baseline}
 	deliveries := r.deliveries()
 	if r.needTemporal() {
 		if err := r.startTemporal(ctx); err != nil {
 			return nil, err
 		}
 	}
-	steps := len(deliveries) * len(r.entries()) * r.cfg.Reps
+	steps := 0
+	for _, w := range deliveries {
+		steps += len(r.entries(shapeOf(w, r.cfg.Scale))) * r.cfg.Reps
+	}
 	if r.hasWorkload(WorkloadCommit) {
 		steps += len(commitVariants) * r.cfg.Reps
 	}
@@ -104,12 +109,13 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 			// Alternate the order of the systems (and sources), so slow
 			// drift of the machine (other work, a growing Temporal
 			// database) does not always favour the same one.
-			entries := r.entries()
+			s := shapeOf(w, r.cfg.Scale)
+			entries := r.entries(s)
 			if rep%2 == 0 {
 				slices.Reverse(entries)
 			}
 			for _, e := range entries {
-				run, err := r.runOne(ctx, shapeOf(w, r.cfg.Scale), e, rep)
+				run, err := r.runOne(ctx, s, e, rep)
 				if err != nil {
 					return nil, err
 				}
@@ -124,20 +130,26 @@ func (r *runner) run(ctx context.Context) (*Results, error) {
 
 func (r *runner) has(system string) bool { return slices.Contains(r.cfg.Systems, system) }
 
-// entry is one system under test on a workload: Ferry with one of its
-// sources, or the plain relay (source "").
+// entry is one system under test on a workload: Ferry in one of its lanes
+// with one of its sources, or the plain relay (source "").
 type entry struct{ system, source string }
 
 // name tells the entry's runs apart in logs and aggregate types:
-// "ferry" (--source poll), "ferry-wal" or "plain".
+// "ferry" (--source poll), "ferry-wal", "publish-first",
+// "publish-first-wal" or "plain".
 func (e entry) name() string { return variantOf(e.system, e.source) }
 
-// entries are the systems under test in the first rep's order, Ferry once
-// per source.
-func (r *runner) entries() []entry {
+// entries are the systems under test of shape s in the first rep's order,
+// each Ferry system once per source. The publish-first lane publishes to
+// RabbitMQ, so it does not run a no-broker shape (ferry refuses
+// --no-broker with it).
+func (r *runner) entries(s shape) []entry {
 	var out []entry
 	for _, sys := range r.cfg.Systems {
-		if sys != SystemFerry {
+		if sys == SystemLane && s.noBroker {
+			continue
+		}
+		if !isFerry(sys) {
 			out = append(out, entry{system: sys})
 			continue
 		}
@@ -162,7 +174,7 @@ func (r *runner) deliveries() []string {
 }
 
 func (r *runner) needTemporal() bool {
-	return (r.has(SystemFerry) && len(r.deliveries()) > 0) || r.hasWorkload(WorkloadCeiling)
+	return ((r.has(SystemFerry) || r.has(SystemLane)) && len(r.deliveries()) > 0) || r.hasWorkload(WorkloadCeiling)
 }
 
 // setup checks the binary, makes the bench schema with `ferry migrate`,
@@ -253,9 +265,12 @@ func (r *runner) close() {
 }
 
 // truncate empties the outbox and the bench table, so every run starts on
-// the same, empty tables.
+// the same, empty tables: ownership (the publish-first lane's, a probe's
+// aggregate still its workflow's) and the relays' registry too, which no
+// relay uses between runs (a relay of one lane killed in the last run
+// would otherwise refuse the other lane's start for 30 s).
 func (r *runner) truncate(ctx context.Context) error {
-	if _, err := r.pool.Exec(ctx, "TRUNCATE outbox_events, outbox_aggregates, bench_orders"); err != nil {
+	if _, err := r.pool.Exec(ctx, "TRUNCATE outbox_events, outbox_aggregates, outbox_owners, ferry_relays, bench_orders"); err != nil {
 		return fmt.Errorf("truncate bench tables: %w", err)
 	}
 	return nil

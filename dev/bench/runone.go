@@ -6,6 +6,8 @@ import (
 	"io"
 	"path/filepath"
 	"time"
+
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // memPoint is one sample of the relay's (and Temporal's) memory during a
@@ -51,7 +53,7 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 		return res, err
 	}
 	var dest *destWorker
-	if s.destination && system == SystemFerry {
+	if s.destination && isFerry(system) {
 		// Started before the first reading of the server's counts, as
 		// the ceiling's: its first polls are not the run's work.
 		d, err := startDestWorker(r.tc, destQueue(seq))
@@ -62,10 +64,20 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 		defer dest.stop()
 	}
 	var before *metricsReading
-	if system == SystemFerry && r.temporal != nil {
+	if isFerry(system) && r.temporal != nil {
 		before = r.scrapeCost(ctx)
 	}
-	sys, err := r.startSystem(ctx, e, seq, destinationEnv(s, aggType, seq))
+	extra := destinationEnv(s, aggType, seq)
+	var laneMetrics string
+	if system == SystemLane {
+		addr, err := freeAddress()
+		if err != nil {
+			return res, err
+		}
+		laneMetrics = addr
+		extra = append(extra, laneEnv(laneMetrics)...)
+	}
+	sys, err := r.startSystem(ctx, e, seq, extra)
 	if err != nil {
 		return res, err
 	}
@@ -73,7 +85,7 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	if e.source == SourceWAL {
 		defer func() {
 			_ = sys.stop(30 * time.Second) // the slot is dropped once nobody reads it
-			if err := r.dropSlot(context.WithoutCancel(ctx), seq); err != nil {
+			if err := r.dropSlot(context.WithoutCancel(ctx), system, seq); err != nil {
 				r.progress.say("the run's replication slot is left (it keeps WAL until the cluster is removed at the end): %v", err)
 			}
 		}()
@@ -81,7 +93,7 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	readyAt := time.Now()
 
 	var temporalPids []int
-	if system == SystemFerry && r.temporal != nil {
+	if isFerry(system) && r.temporal != nil {
 		temporalPids = r.temporalPids()
 		if err := resetPeaks(temporalPids); err != nil {
 			r.progress.say("Temporal peak memory covers the whole bench: %v", err)
@@ -128,15 +140,39 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	produced := make(chan error, 1)
 	prodCtx, stopProducing := context.WithCancel(ctx)
 	defer stopProducing()
-	if s.backlog {
+	// steadyFrom is when the steady phase after a burst began (s.burst);
+	// written before produced is sent, read after it was received.
+	var steadyFrom time.Time
+	switch {
+	case s.backlog:
 		produced <- nil
-	} else {
+	case s.burst > 0:
+		go func() {
+			b := burstShape(s.burst)
+			if err := r.prod.produce(prodCtx, b, aggType, commits); err != nil {
+				produced <- err
+				return
+			}
+			r.awaitDelivered(prodCtx, received, b.events(0), sys)
+			steadyFrom = time.Now()
+			produced <- r.prod.produceSteady(prodCtx, s, r.cfg.SteadyDuration, aggType, commits)
+		}()
+	default:
 		go func() {
 			if s.rate > 0 {
 				produced <- r.prod.produceSteady(prodCtx, s, r.cfg.SteadyDuration, aggType, commits)
 			} else {
 				produced <- r.prod.produce(prodCtx, s, aggType, commits)
 			}
+		}()
+	}
+	var probed chan *Probe
+	if system == SystemLane && s.name == probeWorkload && r.tc != nil {
+		// Half way through the steady phase; watched until it is listed
+		// with its retrying activity, whether or not the run is over.
+		probed = make(chan *Probe, 1)
+		go func() {
+			probed <- r.runProbe(ctx, aggType, r.cfg.SteadyDuration/2, commits.firstCommit)
 		}()
 	}
 
@@ -228,23 +264,34 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	if s.backlog {
 		start = readyAt
 	}
-	if !last.IsZero() {
+	if s.burst > 0 {
+		// The steady phase's figures; the burst's events are checked
+		// with the rest (verdict) and in the costs (allEvents).
+		res.BurstEvents = res.Events - commits.since(steadyFrom)
+		res.Events -= res.BurstEvents
+		start = steadyFrom
+		lat = tally.latenciesAfter(commits.at, steadyFrom)
+		if !steadyFrom.IsZero() {
+			res.ProduceSeconds = commits.last.Sub(steadyFrom).Seconds()
+		}
+	}
+	if !last.IsZero() && !start.IsZero() {
 		res.ElapsedSeconds = last.Sub(start).Seconds()
 		res.Throughput = float64(res.Events-verdict.Lost) / res.ElapsedSeconds
 	}
 	res.Latency = Summarize(lat)
 	// A run no longer than WarmUp has no events after it: no figure, not zeros.
-	if after := tally.latenciesAfter(commits.at, commits.first.Add(WarmUp)); s.rate > 0 && len(after) > 0 {
+	if after := tally.latenciesAfter(commits.at, start.Add(WarmUp)); s.rate > 0 && len(after) > 0 {
 		warm := Summarize(after)
 		res.Warm = &warm
 	}
 	res.latencies = lat
 	res.Verdict = verdict
 	if errSys == nil {
-		res.Relay = procFigures(sysStart, sysEnd, res.Events)
+		res.Relay = procFigures(sysStart, sysEnd, res.allEvents())
 	}
 	if len(temporalPids) > 0 {
-		f := procFigures(tempStart, tempEnd, res.Events)
+		f := procFigures(tempStart, tempEnd, res.allEvents())
 		res.Temporal = &f
 	}
 	if s.backlog {
@@ -265,16 +312,43 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 		}
 	}
 
-	if system == SystemFerry && r.tc != nil {
+	if probed != nil {
+		res.Probe = <-probed
+		if p := res.Probe; p.Problem != "" {
+			r.progress.say("handoff probe: %s", p.Problem)
+		} else {
+			r.progress.say("handoff probe: an unroutable event committed %.0fs into the run was handed over after %s (%s), listed with a pending %s after %s, retrying after %s",
+				p.AtSeconds, dur(p.Handed), p.Cause, workflows.PublishEventActivity, dur(p.Listed), dur(p.Retrying))
+		}
+	}
+	// The run's workflows: every aggregate's in the workflow lane, the
+	// handed-over ones' (and the probe's) in the publish-first lane, read
+	// from visibility once the server is idle.
+	workflowIDs := workflowIDsOf(aggType, s.aggregateIDs(res.allEvents()))
+	if isFerry(system) && r.tc != nil {
 		// The last workflow tasks complete just after the last publish.
 		sleepCtx(ctx, r.cfg.Settle)
 		if err := r.waitIdle(ctx); err != nil {
 			return res, err
 		}
 		res.Server = r.costSince(ctx, before)
-		r.progress.say("reading Temporal histories of this run's aggregate workflows…")
+		aggIDs := s.aggregateIDs(res.allEvents())
+		if system == SystemLane {
+			if res.Lane, err = r.readLaneCounts(ctx, laneMetrics, aggType); err != nil {
+				r.progress.say("the lane's counts of this run are not in the results: %v", err)
+			}
+			ids, err := queueWorkflows(ctx, r.tc, fmt.Sprintf("ferry-bench-%d", seq))
+			if err != nil {
+				r.progress.say("could not list this run's workflows (their histories are not counted, and those still open are not terminated): %v", err)
+			}
+			workflowIDs, aggIDs = ids, aggregatesOf(ids, aggType)
+			if res.Lane != nil {
+				res.Lane.Events, res.Lane.Workflows = res.allEvents(), len(ids)
+			}
+		}
+		r.progress.say("reading Temporal histories of this run's aggregate workflows (%s)…", count(len(aggIDs)))
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		h, err := countHistory(hctx, r.tc, aggType, s.aggregateIDs(res.Events), r.cfg.HistorySample)
+		h, err := countHistory(hctx, r.tc, aggType, aggIDs, r.cfg.HistorySample)
 		cancel()
 		if err != nil {
 			r.progress.say("could not count histories: %v", err)
@@ -297,12 +371,11 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 			res.Postgres.RowsUpdated, res.Postgres.HOTUpdated = updated-pgStart.updated, hot-pgStart.hotUpdated
 		}
 	}
-	if system == SystemFerry && r.tc != nil {
-		ids := s.aggregateIDs(res.Events)
-		r.progress.say("terminating this run's open workflows (%s aggregates), so their idle timeouts do not load the next run…", count(len(ids)))
+	if isFerry(system) && r.tc != nil && len(workflowIDs) > 0 {
+		r.progress.say("terminating this run's open workflows (of %s), so their idle timeouts do not load the next run…", count(len(workflowIDs)))
 		began := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		n, err := closeRun(cctx, r.tc, aggType, ids)
+		n, err := closeWorkflows(cctx, r.tc, workflowIDs)
 		cancel()
 		if err != nil {
 			r.progress.say("could not terminate them all (%v): the next run may carry their completions", err)
@@ -313,6 +386,28 @@ func (r *runner) runOne(ctx context.Context, s shape, e entry, rep int) (RunResu
 	r.progress.done("%s", res.oneLine())
 	return res, nil
 }
+
+// burstShape is the burst committed before the steady phase of a shape
+// with burst aggregates.
+func burstShape(aggregates int) shape {
+	return shape{name: WorkloadBurst, aggregates: aggregates, eventsPerTx: burstEventsPerTx, txs: aggregates, payloadBytes: burstPayload}
+}
+
+// awaitDelivered waits until want events were received, or nothing new
+// arrived for the stall timeout, or the system exited: the steady phase
+// after a burst then goes ahead, and the run shows what is missing.
+func (r *runner) awaitDelivered(ctx context.Context, received func() int, want int, sys *child) {
+	last, lastChange := received(), time.Now()
+	for last < want && time.Since(lastChange) < r.cfg.StallTimeout && !sys.exited() && sleepCtx(ctx, 10*time.Millisecond) {
+		if n := received(); n != last {
+			last, lastChange = n, time.Now()
+		}
+	}
+}
+
+// allEvents are the events the run committed, a steady phase's burst
+// included: what its costs per event divide by.
+func (r RunResult) allEvents() int { return r.Events + r.BurstEvents }
 
 func procFigures(start, end ProcSample, events int) ProcFigures {
 	cpu := (end.CPU - start.CPU).Seconds()

@@ -3,7 +3,11 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // memoryGrowthLimit: draining is "bounded" when the peak RSS of the second
@@ -32,6 +36,7 @@ func (res *Results) summarize() {
 			*ws.slot(v) = summarizeSystem(runs)
 		}
 		ws.ThroughputRatio, ws.P99Ratio = ratios(ws.Ferry, ws.Plain)
+		ws.LaneThroughputRatio, ws.LaneP99Ratio = ratios(ws.Lane, ws.Plain)
 		ws.WALThroughputRatio, ws.WALP99Ratio = ratios(ws.FerryWAL, ws.Ferry)
 		res.Workloads = append(res.Workloads, ws)
 	}
@@ -81,11 +86,11 @@ func (s *SystemSummary) summarizePostgres(runs []RunResult) {
 	per := func(f func(p *PostgresCost) (float64, bool)) (float64, bool) {
 		var xs []float64
 		for _, r := range runs {
-			if r.Postgres == nil || r.Events == 0 {
+			if r.Postgres == nil || r.allEvents() == 0 {
 				continue
 			}
 			if x, ok := f(r.Postgres); ok {
-				xs = append(xs, x/float64(r.Events))
+				xs = append(xs, x/float64(r.allEvents()))
 			}
 		}
 		return orZero(Median(xs)), len(xs) > 0
@@ -188,13 +193,14 @@ func summarizeSystem(runs []RunResult) *SystemSummary {
 	}
 	perEvent := func(f func(*History) float64) float64 {
 		return med(func(r RunResult) float64 {
-			if r.History == nil || r.Events == 0 {
+			if r.History == nil || r.allEvents() == 0 {
 				return math.NaN()
 			}
-			return f(r.History) / float64(r.Events)
+			return f(r.History) / float64(r.allEvents())
 		})
 	}
 	if runs[0].History != nil {
+		s.history = true
 		s.HistoryPerEvent = perEvent(func(h *History) float64 { return h.Events })
 		s.WorkflowTasksPerEvent = perEvent(func(h *History) float64 { return h.WorkflowTasks })
 		s.ActivitiesPerEvent = perEvent(func(h *History) float64 { return h.Activities })
@@ -210,10 +216,19 @@ func summarizeSystem(runs []RunResult) *SystemSummary {
 	costs := make([]*ServerCost, len(runs))
 	events := make([]int, len(runs))
 	for i, r := range runs {
-		costs[i], events[i] = r.Server, r.Events
+		costs[i], events[i] = r.Server, r.allEvents()
 	}
 	s.ServerPerEvent, s.ServerTotals = summarizeCost(costs, events)
 	s.summarizePostgres(runs)
+	for _, r := range runs {
+		if r.Lane != nil {
+			if s.Lane == nil {
+				s.Lane = &LaneCounts{}
+			}
+			s.Lane.add(*r.Lane)
+		}
+	}
+	s.Probe = summarizeProbe(runs)
 	return s
 }
 
@@ -304,5 +319,173 @@ func (res *Results) targets() []Target {
 		t.Status = status(ws.Ferry.MemoryGrowth <= memoryGrowthLimit && ws.Ferry.TemporalMemoryGrowth <= memoryGrowthLimit)
 	}
 	out = append(out, t)
+	for i := range out {
+		out[i].System = SystemFerry
+	}
+	return append(out, res.laneTargets()...)
+}
+
+// Targets of the publish-first lane (issue 24), from the same run's
+// medians.
+const (
+	laneMinRatio = 0.8
+	laneMaxP99   = 100 * time.Millisecond
+)
+
+// laneTargets checks the publish-first lane's goals, and the workflow
+// lane's figures against the baseline.
+func (res *Results) laneTargets() []Target {
+	var out []Target
+	for _, w := range []string{WorkloadBurst, WorkloadOnePerAgg, WorkloadBacklog} {
+		t := Target{Goal: fmt.Sprintf("%s: publish-first ≥ %g× the plain relay's events/s", w, laneMinRatio), Status: NotRun, Got: "needs publish-first and plain on " + w}
+		if ws := res.workload(w); ws != nil && ws.Lane != nil && ws.Plain != nil {
+			t.Got = fmt.Sprintf("%.2f× (%s vs %s events/s)", ws.LaneThroughputRatio, count(int(ws.Lane.Throughput)), count(int(ws.Plain.Throughput)))
+			t.Status = passFail(ws.LaneThroughputRatio >= laneMinRatio)
+		}
+		out = append(out, t)
+	}
+	for _, w := range []string{WorkloadSteady100, WorkloadSteady500, WorkloadSteadyAfterBurst} {
+		t := Target{Goal: fmt.Sprintf("%s: publish-first p99 commit → receipt ≤ %s over the whole run", w, dur(laneMaxP99)), Status: NotRun, Got: "needs publish-first on " + w}
+		if ws := res.workload(w); ws != nil && ws.Lane != nil {
+			t.Got = fmt.Sprintf("p99 %s, %s events/s delivered", dur(ws.Lane.Latency.P99), count(int(math.Round(ws.Lane.Throughput))))
+			if wl := ws.Lane.Warm; wl != nil {
+				t.Got += fmt.Sprintf(" (after the first %s: p99 %s)", WarmUp, dur(wl.P99))
+			}
+			t.Status = passFail(ws.Lane.Latency.P99 > 0 && ws.Lane.Latency.P99 <= laneMaxP99)
+		}
+		out = append(out, t)
+	}
+	out = append(out, res.zeroCostTarget(), res.probeTarget(), res.baselineTarget())
+	for i := range out {
+		out[i].System = SystemLane
+	}
+	out[len(out)-1].System = SystemFerry
 	return out
+}
+
+// zeroCostTarget: the server counts nothing for events the lane published
+// itself. It sums the server's counts over the publish-first runs whose
+// every event the relay published (no handoff: no destination, no probe,
+// no failure), so that a workflow's cost is never divided by other events.
+func (res *Results) zeroCostTarget() Target {
+	t := Target{Goal: "publish-first: 0 state transitions and 0 billed actions per event published directly at its first attempt (runs without a handoff)",
+		Status: NotRun, Got: "needs publish-first on a workload without a destination, and the server's metrics"}
+	var runs, left, events, direct, first int
+	var transitions, actions float64
+	var names []string
+	for _, r := range res.Runs {
+		if r.System != SystemLane || r.Server == nil || r.Lane == nil {
+			continue
+		}
+		if r.Lane.handoffs() > 0 || r.Lane.ViaWorkflow > 0 || r.Probe != nil {
+			left++
+			continue
+		}
+		runs++
+		events += r.allEvents()
+		direct += r.Lane.Direct
+		first += r.Lane.FirstAttempt
+		transitions += r.Server.StateTransitions
+		actions += r.Server.Actions
+		if !slices.Contains(names, r.Workload) {
+			names = append(names, r.Workload)
+		}
+	}
+	if runs == 0 {
+		return t
+	}
+	t.Got = fmt.Sprintf("%s state transitions, %s billed actions over %s events in %d runs (%s): %s published directly, %s at their first attempt",
+		count(int(transitions)), count(int(actions)), count(events), runs, strings.Join(names, ", "), count(direct), count(first))
+	if left > 0 {
+		t.Got += fmt.Sprintf("; %d runs with a handoff (a destination, the probe, a failure) left out", left)
+	}
+	// Every event published directly (more: a direct publish repeated
+	// after a lost lease), and the server did nothing.
+	t.Status = passFail(transitions == 0 && actions == 0 && direct >= events)
+	return t
+}
+
+// probeTarget: the handoff probe's aggregate is listed with its retrying
+// activity in time.
+func (res *Results) probeTarget() Target {
+	t := Target{Goal: fmt.Sprintf("%s: publish-first lists an aggregate whose publish fails (an unroutable event) in the Temporal UI with its retrying %s within %s of the commit",
+		probeWorkload, workflows.PublishEventActivity, probeTarget), Status: NotRun, Got: "needs publish-first on " + probeWorkload}
+	ws := res.workload(probeWorkload)
+	if ws == nil || ws.Lane == nil || ws.Lane.Probe == nil {
+		return t
+	}
+	p := ws.Lane.Probe
+	seen := func(d time.Duration) string {
+		if d == 0 {
+			return "not seen"
+		}
+		return dur(d)
+	}
+	t.Got = fmt.Sprintf("listed after %s (handed over after %s, the activity's second attempt after %s), median of %d",
+		seen(p.Listed), seen(p.Handed), seen(p.Retrying), p.Reps)
+	if len(p.Problems) > 0 {
+		t.Got += "; " + strings.Join(p.Problems, "; ")
+	}
+	t.Status = passFail(p.Listed > 0 && p.Listed <= probeTarget)
+	return t
+}
+
+// Baseline comparison: the workflow lane's ratio to the plain relay may
+// fall to this share of the baseline's, and its server counts per event
+// rise by this much, before the target misses (medians of a shared,
+// noisy machine).
+const (
+	baselineMinShare = 0.9
+	baselineSlack    = 0.02
+)
+
+// baselineTarget holds the workflow lane's figures against an earlier
+// run's (Config.Baseline): its ratio to the plain relay, which depends
+// little on the machine's speed, and the server's counts per event, which
+// do not depend on it.
+func (res *Results) baselineTarget() Target {
+	t := Target{Goal: fmt.Sprintf("ferry (workflow lane) no worse than the baseline: per workload, its events/s ratio to the plain relay ≥ %g× the baseline's, state transitions and billed actions per event ≤ the baseline's + %g",
+		baselineMinShare, baselineSlack), Status: NotRun, Got: "needs -baseline, an earlier results.json"}
+	b := res.baseline
+	if b == nil {
+		return t
+	}
+	ok := true
+	var got []string
+	for _, ws := range res.Workloads {
+		bw := b.workload(ws.Name)
+		if bw == nil || ws.Ferry == nil || bw.Ferry == nil {
+			continue
+		}
+		var parts []string
+		if ws.ThroughputRatio > 0 && bw.ThroughputRatio > 0 {
+			parts = append(parts, fmt.Sprintf("%.2f× vs %.2f×", ws.ThroughputRatio, bw.ThroughputRatio))
+			ok = ok && ws.ThroughputRatio >= baselineMinShare*bw.ThroughputRatio
+		}
+		if p, q := ws.Ferry.ServerPerEvent, bw.Ferry.ServerPerEvent; p != nil && q != nil {
+			parts = append(parts, fmt.Sprintf("%.2f / %.2f vs %.2f / %.2f transitions / actions per event", p.StateTransitions, p.Actions, q.StateTransitions, q.Actions))
+			ok = ok && p.StateTransitions <= q.StateTransitions+baselineSlack && p.Actions <= q.Actions+baselineSlack
+		}
+		if len(parts) > 0 {
+			got = append(got, ws.Name+" "+strings.Join(parts, ", "))
+		}
+	}
+	if len(got) == 0 {
+		t.Got = "no workload has the workflow lane's figures in both this run and the baseline"
+		return t
+	}
+	t.Got = strings.Join(got, "; ")
+	if b.Config.Scale != res.Config.Scale {
+		t.Got += fmt.Sprintf(" (the baseline ran at scale %g, this run at %g)", b.Config.Scale, res.Config.Scale)
+	}
+	t.Status = passFail(ok)
+	return t
+}
+
+// passFail is a checked target's status.
+func passFail(ok bool) string {
+	if ok {
+		return Pass
+	}
+	return Miss
 }

@@ -17,9 +17,10 @@ func (r *runner) startSystem(ctx context.Context, e entry, seq int, ferryExtra [
 	var err error
 	var ready string
 	switch e.system {
-	case SystemFerry:
+	case SystemFerry, SystemLane:
 		ready = ferryReady
-		c, err = startChild("ferry run --source "+e.source, r.cfg.FerryBin, []string{"run"}, append(r.ferryEnv(e.source, seq), ferryExtra...), logPath, ready)
+		c, err = startChild(fmt.Sprintf("ferry run --lane %s --source %s", laneOf(e.system), e.source), r.cfg.FerryBin, []string{"run"},
+			append(r.ferryEnv(e.system, e.source, seq), ferryExtra...), logPath, ready)
 	case SystemPlain:
 		ready = relayReady
 		c, err = startChild("plain relay", r.cfg.Self, nil, []string{
@@ -61,8 +62,18 @@ func (r *runner) settledUpdates(ctx context.Context) (updated, hot int64, err er
 	}
 }
 
-// ferryEnv is the environment of run seq's ferry processes with source.
-func (r *runner) ferryEnv(source string, seq int) []string {
+// laneOf is the --lane of a Ferry system.
+func laneOf(system string) string {
+	if system == SystemLane {
+		return "publish-first"
+	}
+	return "workflow"
+}
+
+// ferryEnv is the environment of run seq's ferry processes of system with
+// source. The lane is always set, so that a FERRY_LANE of the bench's own
+// environment cannot turn one system into the other.
+func (r *runner) ferryEnv(system, source string, seq int) []string {
 	env := []string{
 		"FERRY_POSTGRES_URL=" + r.schemaURL,
 		"FERRY_AMQP_URL=" + r.cfg.AMQPURL,
@@ -75,6 +86,7 @@ func (r *runner) ferryEnv(source string, seq int) []string {
 		"FERRY_NO_SCHEDULES=true",
 		"FERRY_LOG_LEVEL=warn",
 		"FERRY_SOURCE=" + source,
+		"FERRY_LANE=" + laneOf(system),
 	}
 	if source == SourceWAL {
 		// A slot and publication of the run's own, dropped after it
@@ -88,12 +100,12 @@ func (r *runner) ferryEnv(source string, seq int) []string {
 // dropSlot drops run seq's replication slot and publication with `ferry
 // wal drop-slot`, retrying while PostgreSQL still counts the stopped
 // relay's connection as the slot's reader.
-func (r *runner) dropSlot(ctx context.Context, seq int) error {
+func (r *runner) dropSlot(ctx context.Context, system string, seq int) error {
 	var err error
 	for try := 1; try <= 20; try++ {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		cmd := exec.CommandContext(dctx, r.cfg.FerryBin, "wal", "drop-slot")
-		cmd.Env = append(os.Environ(), r.ferryEnv(SourceWAL, seq)...)
+		cmd.Env = append(os.Environ(), r.ferryEnv(system, SourceWAL, seq)...)
 		var out []byte
 		out, err = cmd.CombinedOutput()
 		cancel()

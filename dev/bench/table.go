@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,9 +12,11 @@ import (
 
 // WriteTable prints the results for people.
 func (res *Results) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "\nFerry (bin/ferry run + embedded Temporal on %s) vs. a plain relay (SKIP LOCKED → confirms → mark).\n", res.Config.temporalPersistence())
+	fmt.Fprintf(w, "\nFerry (bin/ferry run + embedded Temporal on %s) in both lanes vs. a plain relay (SKIP LOCKED → confirms → mark):\n", res.Config.temporalPersistence())
+	fmt.Fprintf(w, "ferry = bin/ferry run (--lane workflow, the default: every event through its aggregate's workflow); publish-first = bin/ferry run\n"+
+		"--lane publish-first (the relay publishes, an aggregate's workflow only after a failure or for an event that needs it); plain = the plain relay.\n")
 	if res.Config.privateCluster() {
-		fmt.Fprintf(w, "Ferry with each relay source: ferry-poll (--source poll, as shipped) and ferry-wal (--source wal, log tailing);\n"+
+		fmt.Fprintf(w, "Ferry with each relay source: ferry-poll, publish-first (--source poll, as shipped) and ferry-wal, publish-first-wal (--source wal, log tailing);\n"+
 			"every system on a PostgreSQL cluster of the bench's own (wal_level=logical).\n")
 	}
 	fmt.Fprintf(w, "Medians of %d run(s) per workload and system; %d CPUs (%s), load %s at start; took %s.\n",
@@ -37,6 +40,9 @@ func (res *Results) WriteTable(w io.Writer) {
 			if ws.Ferry != nil && ws.Plain != nil {
 				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", ws.label(SystemFerry)+"/plain", ws.ThroughputRatio, ws.P99Ratio)
 			}
+			if ws.Lane != nil && ws.Plain != nil {
+				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", SystemLane+"/plain", ws.LaneThroughputRatio, ws.LaneP99Ratio)
+			}
 			if ws.FerryWAL != nil && ws.Ferry != nil {
 				fmt.Fprintf(tw, "%-12s\t%-11s\t\t%.2f×\t\t\t%.1f×\t\t\t\t\t\n", "", "wal/poll", ws.WALThroughputRatio, ws.WALP99Ratio)
 			}
@@ -46,8 +52,20 @@ func (res *Results) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  ‡ the relay finished within 25%% of the producer's own time: this is the producer's rate, not the relay's limit\n")
 		}
 		for _, ws := range res.Workloads {
-			if shapeOf(ws.Name, res.Config.Scale).destination {
+			sh := shapeOf(ws.Name, res.Config.Scale)
+			if sh.destination {
 				fmt.Fprintf(w, "  %s: received = the row marked published (Ferry: after Temporal took the start; plain: after RabbitMQ's confirm), for every system\n", ws.Name)
+			}
+			if sh.destination && !sh.noBroker && ws.Lane != nil {
+				fmt.Fprintf(w, "  %s publish-first: every event needs the workflow (its destination), so the lane hands each aggregate to its workflow at once\n"+
+					"    (cause NeedsWorkflow), which publishes and starts on the regular, retrying activity: the cost of a destination in the lane\n", ws.Name)
+			}
+			if sh.noBroker && slices.Contains(res.Config.Systems, SystemLane) {
+				fmt.Fprintf(w, "  %s: not run in publish-first, which publishes to RabbitMQ (ferry refuses --no-broker with it)\n", ws.Name)
+			}
+			if sh.burst > 0 {
+				fmt.Fprintf(w, "  %s: figures of the steady phase, which starts once the burst's %s events were received, with no wait for the server to go idle\n",
+					ws.Name, count(sh.burst*burstEventsPerTx))
 			}
 		}
 		for _, ws := range res.Workloads {
@@ -66,7 +84,7 @@ func (res *Results) WriteTable(w io.Writer) {
 		for _, ws := range res.Workloads {
 			for _, s := range ws.ran() {
 				hist, wft := "–", "–"
-				if s.HistoryPerEvent > 0 {
+				if s.history {
 					hist, wft = fmt.Sprintf("%.2f", s.HistoryPerEvent), fmt.Sprintf("%.2f", s.WorkflowTasksPerEvent)
 					if s.HistorySampled {
 						sampled = true
@@ -89,6 +107,7 @@ func (res *Results) WriteTable(w io.Writer) {
 			"  completion of aggregate workflows still open then (timer, one workflow task, completion: about 5 events per workflow run)\n"+
 			"  is not in them. -settle 70s includes it.\n", res.Config.Settle)
 		res.writeServerCost(w)
+		res.writeLane(w)
 		res.writePostgres(w)
 	}
 	res.writeCeiling(w)
@@ -106,8 +125,13 @@ func (res *Results) WriteTable(w io.Writer) {
 		tw.Flush()
 	}
 
-	fmt.Fprintf(w, "\nTargets:\n")
+	fmt.Fprintf(w, "\nTargets (medians of this run):\n")
+	heading := ""
 	for _, t := range res.Targets {
+		if h := targetHeading(t.System); h != heading {
+			heading = h
+			fmt.Fprintf(w, "  %s\n", h)
+		}
 		fmt.Fprintf(w, "  %-7s  %s\n           got %s\n", t.Status, t.Goal, t.Got)
 	}
 	fmt.Fprintln(w)
@@ -118,6 +142,51 @@ func (res *Results) WriteTable(w io.Writer) {
 		for _, p := range res.Problems {
 			fmt.Fprintf(w, "  - %s\n", p)
 		}
+	}
+}
+
+// targetHeading groups the targets by whose they are.
+func targetHeading(system string) string {
+	if system == SystemLane {
+		return "the publish-first lane (issue 24):"
+	}
+	return "the workflow lane (ferry):"
+}
+
+// writeLane prints where the publish-first lane's events went, and the
+// handoff probe.
+func (res *Results) writeLane(w io.Writer) {
+	var rows []ranSystem
+	for _, ws := range res.Workloads {
+		first := true
+		for _, s := range ws.ran() {
+			if s.Lane == nil {
+				continue
+			}
+			if first {
+				s.label, first = ws.Name, false
+			} else {
+				s.label = ""
+			}
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nWhere publish-first's events went (sums over the reps; the `ferry run` process's ferry_lane_* counters, first attempts from the rows):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-12s\t%-11s\tevents\tpublished directly\tat first attempt\tby workflows\thanded to workflows\tgiven back\tworkflows\t\n", "workload", "system")
+	for _, s := range rows {
+		l := s.Lane
+		fmt.Fprintf(tw, "%-12s\t%-11s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.label, s.name, count(l.Events), count(l.Direct), count(l.FirstAttempt),
+			count(l.ViaWorkflow), l.causes(), count(l.ToLane), count(l.Workflows))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  events: all of the reps' (a steady phase's burst included); handed to workflows: aggregates, by cause; workflows: runs on the run's task queue\n")
+	if ws := res.workload(probeWorkload); ws != nil && ws.Lane != nil && ws.Lane.Probe != nil {
+		fmt.Fprintf(w, "  handoff probe (%s): one unroutable event on an aggregate of its own, committed half way through the steady phase; its\n"+
+			"    workflow's cost is in the run's server counts\n", probeWorkload)
 	}
 }
 
