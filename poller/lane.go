@@ -52,7 +52,14 @@ const (
 	CauseNeedsWorkflow = "NeedsWorkflow"
 	// CauseEventMissing: the claimed row could not be read back.
 	CauseEventMissing = "EventMissing"
+	// CauseRelayCrashed: relays lost the aggregate maxTakeovers times in a
+	// row (their leases ran out while they held it).
+	CauseRelayCrashed = "RelayCrashed"
 )
+
+// maxTakeovers is how often relays may take an aggregate over from a relay
+// whose lease ran out, in a row, before it goes to its workflow.
+const maxTakeovers = 3
 
 // Error classes of the lane's direct publishes: the broker's answer about
 // one message, which hands its aggregate to the workflow. They are the
@@ -134,6 +141,9 @@ type laneEvent struct {
 type laneAggregate struct {
 	aggType, aggID string
 	epoch          int64
+	// takeovers: how often in a row a relay took the aggregate over from a
+	// relay whose lease ran out.
+	takeovers int
 	events         []laneEvent // versions ascending, contiguous from delivered + 1
 	// cut: events[cut:] go to the workflow untried (NeedsWorkflow,
 	// EventMissing: cause says which).
@@ -340,11 +350,12 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 	byKey := map[outbox.AggregateKey]*laneAggregate{}
 	var out []*laneAggregate
 	var (
-		k     outbox.AggregateKey
-		epoch int64
-		c     claimed
+		k         outbox.AggregateKey
+		epoch     int64
+		takeovers int
+		c         claimed
 	)
-	_, err = pgx.ForEachRow(rs, []any{&k.Type, &k.ID, &epoch, &c.id, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts}, func() error {
+	_, err = pgx.ForEachRow(rs, []any{&k.Type, &k.ID, &epoch, &takeovers, &c.id, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts}, func() error {
 		// A line is an owned aggregate (its epoch) or a claimed row (its
 		// aggregate's, in any order).
 		a := byKey[k]
@@ -354,7 +365,7 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 			out = append(out, a)
 		}
 		if epoch > 0 {
-			a.epoch = epoch
+			a.epoch, a.takeovers = epoch, takeovers
 		}
 		if c.id != "" {
 			c.aggType, c.aggID = k.Type, k.ID
@@ -368,6 +379,12 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 	for _, a := range out {
 		slices.SortFunc(a.events, func(x, y laneEvent) int { return int(x.version - y.version) })
 		a.cut = len(a.events)
+		if a.takeovers >= maxTakeovers {
+			// Relays died (or stalled) holding this aggregate again and
+			// again: perhaps its event kills them. Its workflow tries it,
+			// with attempts Temporal counts and the UI shows.
+			a.cut, a.cause = 0, CauseRelayCrashed
+		}
 	}
 	return out, nil
 }
@@ -605,7 +622,7 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	if downErr != nil {
 		msg = pgtext.Truncate("the publish-first lane paused after a broker-wide failure: "+downErr.Error(), 1000)
 	}
-	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, lo, pause, msg, backoffIDs, handedIDs)
+	rs, err := p.cfg.Pool.Query(ctx, sql, types, ids, epochs, upto, handoff, causes, handed, lo, pause, msg, backoffIDs, handedIDs, p.cfg.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -58,19 +58,27 @@ const laneCandidatesOf = `
 //
 //   - owned: an owner row per candidate, 'relay', with a new epoch and a
 //     lease of $2 for this relay ($3), inserted, or taken over from a
-//     relay whose lease ran out; a workflow's row and a live lease are
-//     never taken (ON CONFLICT … WHERE). Inserted in key order, so two
-//     relays claiming overlapping aggregates lock owner rows in the same
-//     order and never deadlock.
+//     relay whose lease ran out (counted in takeovers: migration 0014);
+//     a workflow's row and a live lease are never taken (ON CONFLICT …
+//     WHERE). Inserted in key order, so two relays claiming overlapping
+//     aggregates lock owner rows in the same order and never deadlock.
 //   - run: the owned aggregates' pending due rows from delivered + 1 up to
 //     $4 versions, locked SKIP LOCKED; a row's version minus its rank is
 //     the delivered version exactly while the versions are contiguous, so
 //     the run stops at the first version that is missing, not due or
-//     locked, and nothing after it is taken.
+//     locked, and nothing after it is taken. The lock (not a write: no new
+//     row version, no index entry) is what makes the statement see rows as
+//     they are now rather than as its snapshot had them: a relay that
+//     marked and gave the aggregate up between this statement's snapshot
+//     and its insert of the owner row has published those rows, and the
+//     lock's recheck finds them published.
 //   - claimed: the run's rows, at most $5 in all (the first candidates'
 //     runs whole, the last one's cut after a version: still a contiguous
-//     prefix), leased as every claim leases (attempts counted,
-//     next_attempt_at moved by the lease, claimed_by).
+//     prefix). The rows themselves are not written: the owner row's lease
+//     keeps every other relay off them (the candidates skip aggregates
+//     under a live lease), so a row is written once, by its mark, and a
+//     relay that dies leaves nothing to wait out but the owner row's
+//     lease. claimed_by and published_at are set by the mark.
 //
 // The result has a line per owned aggregate, with its epoch and no row,
 // and a line per claimed row, with its aggregate and no epoch: a union,
@@ -88,17 +96,19 @@ WITH next AS (CANDIDATES
     FROM next ORDER BY aggregate_type, aggregate_id
     ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
         SET epoch = EXCLUDED.epoch, holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until,
-            cause = NULL, since = now()
+            cause = NULL, since = now(), takeovers = o.takeovers + 1
         WHERE o.owner = 'relay' AND o.lease_until <= now()
-    RETURNING o.aggregate_type, o.aggregate_id, o.epoch
+    RETURNING o.aggregate_type, o.aggregate_id, o.epoch, o.takeovers
 ), run AS (
-    SELECT r.id, w.aggregate_type, w.aggregate_id, n.rank, r.aggregate_version,
+    SELECT r.id, w.aggregate_type, w.aggregate_id, n.rank, r.aggregate_version, r.event_type,
+           r.trace_parent, r.trace_state, r.attempts,
            r.aggregate_version - row_number() OVER (PARTITION BY w.aggregate_type, w.aggregate_id
                                                    ORDER BY r.aggregate_version) = n.delivered_version AS contiguous
     FROM owned w
     JOIN next n ON n.aggregate_type = w.aggregate_type AND n.aggregate_id = w.aggregate_id
     CROSS JOIN LATERAL (
-        SELECT e.id, e.aggregate_version FROM outbox_events e
+        SELECT e.id, e.aggregate_version, e.event_type, e.trace_parent, e.trace_state, e.attempts
+        FROM outbox_events e
         WHERE e.aggregate_type = w.aggregate_type AND e.aggregate_id = w.aggregate_id
           AND e.aggregate_version > n.delivered_version AND e.aggregate_version <= n.delivered_version + $4
           AND e.status = 'pending' AND e.next_attempt_at <= now()
@@ -106,16 +116,12 @@ WITH next AS (CANDIDATES
         FOR UPDATE SKIP LOCKED
     ) r
 ), claimed AS (
-    UPDATE outbox_events e
-    SET attempts = e.attempts + 1, next_attempt_at = now() + $2::interval, claimed_by = $3
-    WHERE e.id IN (SELECT id FROM run WHERE contiguous ORDER BY rank, aggregate_version LIMIT $5)
-    RETURNING e.id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_type,
-              e.trace_parent, e.trace_state, e.attempts
+    SELECT * FROM run WHERE contiguous ORDER BY rank, aggregate_version LIMIT $5
 )
-SELECT w.aggregate_type, w.aggregate_id, w.epoch, '', 0::bigint, '', '', '', 0
+SELECT w.aggregate_type, w.aggregate_id, w.epoch, w.takeovers, '', 0::bigint, '', '', '', 0
 FROM owned w
 UNION ALL
-SELECT c.aggregate_type, c.aggregate_id, 0::bigint, c.id::text, c.aggregate_version,
+SELECT c.aggregate_type, c.aggregate_id, 0::bigint, 0, c.id::text, c.aggregate_version,
        c.event_type, coalesce(c.trace_parent, ''), coalesce(c.trace_state, ''), c.attempts
 FROM claimed c`
 
@@ -185,7 +191,7 @@ WITH k AS (
     SELECT * FROM released UNION ALL SELECT * FROM handed
 ), ev AS (
     UPDATE outbox_events e
-    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL, owner_epoch = m.epoch
+    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL, owner_epoch = m.epoch, claimed_by = $13
     FROM mine m JOIN k ON k.t = m.aggregate_type AND k.i = m.aggregate_id
     WHERE e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
       AND k.upto > 0 AND e.aggregate_version BETWEEN k.lo AND k.upto AND e.status = 'pending'

@@ -272,10 +272,15 @@ func relayName(c *child) string {
 	return fmt.Sprintf("%s-%d", host, c.cmd.Process.Pid)
 }
 
-// pendingClaimedBy is the rows still pending that relay claimed last.
-func (e *env) pendingClaimedBy(t *testing.T, relay string) map[string]bool {
+// pendingOwnedBy is the pending rows of the aggregates relay owns: a
+// direct claim leaves the rows themselves alone, its lease is the owner
+// row's.
+func (e *env) pendingOwnedBy(t *testing.T, relay string) map[string]bool {
 	t.Helper()
-	rows, err := e.db.Pool.Query(context.Background(), `SELECT id::text FROM outbox_events WHERE status = 'pending' AND claimed_by = $1`, relay)
+	rows, err := e.db.Pool.Query(context.Background(), `
+		SELECT e.id::text FROM outbox_events e
+		JOIN outbox_owners o ON o.aggregate_type = e.aggregate_type AND o.aggregate_id = e.aggregate_id
+		WHERE e.status = 'pending' AND o.owner = 'relay' AND o.holder = $1`, relay)
 	require.NoError(t, err)
 	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -314,9 +319,18 @@ func TestLaneRelayKilledAfterConfirm(t *testing.T) {
 	victim.waitExit(t, time.Minute)
 	killed := time.Now()
 	require.Contains(t, victim.out.String(), "failpoint lane.after-confirm: killing process", "died at the failpoint")
-	unmarked := e.pendingClaimedBy(t, relayName(victim))
-	require.NotEmpty(t, unmarked, "the killed round's rows are pending, claimed by the dead relay")
-	waitDelivered(t, l, unmarked, 10*time.Second) // confirmed: in the queue already
+	// The killed round: rows the broker confirmed (in the queue already,
+	// so the tap sees them) whose aggregates the dead relay still owns.
+	owned := e.pendingOwnedBy(t, relayName(victim))
+	time.Sleep(time.Second) // what was confirmed reaches the tap
+	unmarked := map[string]bool{}
+	seen := l.account()
+	for id := range owned {
+		if _, ok := seen.firstAt[id]; ok {
+			unmarked[id] = true
+		}
+	}
+	require.NotEmpty(t, unmarked, "the killed round's rows are pending, their aggregates the dead relay's")
 
 	replacement := e.startProcess(t, "run", laneEnv)
 	waitFor(t, time.Minute, "the killed round published again", func() bool {
@@ -396,8 +410,8 @@ func TestLaneRelayKilledAfterClaim(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Len(t, leases, 8, "the dead relay owns the backlog's aggregates")
-	claimed := e.pendingClaimedBy(t, dead)
-	require.Equal(t, backlog, claimed, "the dead relay leased the backlog")
+	claimed := e.pendingOwnedBy(t, dead)
+	require.Equal(t, backlog, claimed, "the dead relay took the backlog's aggregates")
 
 	replacement := e.startProcess(t, "run", laneEnv)
 	load := e.startLaneLoad(t, 4, append(aggregateNames("agg", 8), aggregateNames("other", 4)...), 50*time.Millisecond)

@@ -1,0 +1,16 @@
+-- The publish-first lane's guard against an event that kills its relay
+-- (issue: the lane's claim writes each row once, at its mark).
+--
+-- A direct claim of the lane takes the aggregate's owner row under a lease
+-- and leaves the rows themselves alone: the lease on the owner row is what
+-- keeps other relays off them, so the claim need not rewrite every row
+-- (and its pending index entry) before the mark rewrites it again. It then
+-- does not count the row's attempts either. What attempts guarded against
+-- (a row that crashes every relay that claims it would be claimed for
+-- ever) is counted here instead: takeovers is how often a relay took the
+-- aggregate over from a relay whose lease ran out (it died, or stalled,
+-- holding it). After a few in a row the relay hands the aggregate to its
+-- workflow (cause RelayCrashed), whose attempts Temporal counts and the UI
+-- shows. The row is deleted, and the count with it, when a relay gives the
+-- aggregate up after publishing it.
+ALTER TABLE outbox_owners ADD COLUMN takeovers integer NOT NULL DEFAULT 0;
