@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/broker"
 	fdelivery "github.com/ferry-outbox/ferry/delivery"
@@ -501,4 +502,37 @@ func waitRetrying(t *testing.T, workflowID string) {
 		}
 		return false
 	})
+}
+
+// An aggregate whose relays keep dying while they hold it (their leases
+// run out: here, as after two such deaths, a third expired lease) goes to
+// its workflow at the third takeover, cause RelayCrashed: an event that
+// kills its relay is retried where Temporal counts the attempts, not
+// claimed by one relay after another for ever.
+func TestLaneHandsOverAnAggregateWhoseRelaysKeepDying(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	l, _ := e.consume(t)
+	ctx := context.Background()
+	id, err := e.commitType(ctx, "A", "changed", false)
+	require.NoError(t, err)
+	_, err = e.db.Pool.Exec(ctx, `INSERT INTO outbox_owners (aggregate_type, aggregate_id, owner, epoch, holder, lease_until, takeovers)
+		VALUES ($1, 'A', 'relay', nextval('ferry_owner_epoch'), 'dead-relay', now() - interval '1 second', 2)`, e.aggType)
+	require.NoError(t, err)
+	e.startFerry(t, ferryOpts{lane: poller.LanePublishFirst})
+	waitFor(t, 30*time.Second, "A's event published by its workflow", func() bool { return l.unique() == 1 })
+	var epoch int64
+	waitFor(t, 10*time.Second, "the row marked", func() bool {
+		return e.db.Pool.QueryRow(ctx, `SELECT owner_epoch FROM outbox_events WHERE id = $1 AND status = 'published'`, id).Scan(&epoch) == nil
+	})
+	st, _ := e.workflowStatus(t, "A")
+	require.NotEqual(t, enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED, st, "A went to its workflow")
+	run := tclient.GetWorkflow(ctx, workflows.WorkflowID(e.aggType, "A"), "")
+	var in workflows.AggregateInput
+	iter := tclient.GetWorkflowHistory(ctx, run.GetID(), run.GetRunID(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	first, err := iter.Next()
+	require.NoError(t, err)
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(first.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in))
+	require.Equal(t, poller.CauseRelayCrashed, in.HandoffCause)
+	e.requireLaneEmpty(t, 30*time.Second)
 }
