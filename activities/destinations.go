@@ -13,7 +13,7 @@ import (
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/upcast"
 )
 
@@ -53,7 +53,7 @@ type plan struct {
 
 // planFor resolves an event's targets; an event that would go nowhere is a
 // non-retryable ErrTypeNoDestination.
-func (t *targets) planFor(id string, ev outbox.PublishRow) (plan, error) {
+func (t *targets) planFor(id string, ev relaydb.PublishRow) (plan, error) {
 	routes, skip := t.router.For(ev.AggregateType, ev.EventType)
 	p := plan{broker: !t.noBroker && !skip, routes: routes}
 	if !p.broker && len(p.routes) == 0 {
@@ -67,7 +67,7 @@ func (t *targets) planFor(id string, ev outbox.PublishRow) (plan, error) {
 // deliver sends the event to each of its workflow destinations in route
 // order, stopping at the first failure (a retry repeats the delivered ones,
 // which Temporal drops: see package destination).
-func (t *targets) deliver(ctx context.Context, id string, ev outbox.PublishRow, routes []destination.Route) error {
+func (t *targets) deliver(ctx context.Context, id string, ev relaydb.PublishRow, routes []destination.Route) error {
 	if len(routes) == 0 {
 		return nil
 	}
@@ -112,7 +112,7 @@ func (t *targets) deliverOne(ctx context.Context, rt destination.Route, env dest
 
 // envelope is the row as destinations receive it, its payload lifted by
 // the worker's upcasters when it has any.
-func (t *targets) envelope(id string, ev outbox.PublishRow) (destination.Envelope, error) {
+func (t *targets) envelope(id string, ev relaydb.PublishRow) (destination.Envelope, error) {
 	env := destination.Envelope{
 		EventID:          id,
 		EventType:        ev.EventType,

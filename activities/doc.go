@@ -17,8 +17,10 @@
 // New builds all three from one Config and Activities.Register registers
 // them; the registered names in package workflows are a wire contract.
 //
-// The package owns the SQL that reads, marks, quarantines, repairs and
-// purges outbox rows, and the mapping of an outbox row onto an AMQP message
-// (headers: broker.Header*). It does not own retries: errors are
-// classified (retryable or not) and the workflow's retry policy decides.
+// The package owns the steps and their transactions; the SQL they run is
+// package relaydb's (reads, marks, quarantines, purges) and package
+// repairdb's (repairs and their audit), and the mapping of an outbox row
+// onto an AMQP message is package delivery's. It does not own retries:
+// errors are classified (retryable or not) and the workflow's retry policy
+// decides.
 package activities

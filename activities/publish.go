@@ -24,7 +24,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/upcast"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -196,7 +196,7 @@ func (a *Publish) checkOwner(ctx context.Context, what, aggregateType, aggregate
 	if epoch == 0 {
 		return nil
 	}
-	owned, err := outbox.Owned(ctx, a.pool, aggregateType, aggregateID, epoch)
+	owned, err := relaydb.Owned(ctx, a.pool, aggregateType, aggregateID, epoch)
 	if err != nil {
 		return fmt.Errorf("check the owner of %s/%s: %w", aggregateType, aggregateID, err)
 	}
@@ -210,12 +210,12 @@ func (a *Publish) checkOwner(ctx context.Context, what, aggregateType, aggregate
 // has one.
 func (a *Publish) markPublished(ctx context.Context, in workflows.PublishInput) error {
 	if in.Epoch == 0 {
-		if err := outbox.MarkPublished(ctx, a.pool, in.EventID); err != nil {
+		if err := relaydb.MarkPublished(ctx, a.pool, in.EventID); err != nil {
 			return fmt.Errorf("mark event %s published: %w", in.EventID, err)
 		}
 		return nil
 	}
-	ok, err := outbox.MarkPublishedFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch)
+	ok, err := relaydb.MarkPublishedFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch)
 	if err != nil {
 		return fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}
@@ -231,7 +231,7 @@ func (a *Publish) markPublished(ctx context.Context, in workflows.PublishInput) 
 // as released (an earlier attempt of this activity released it, or the
 // reconciler took it back): the run stops publishing either way.
 func (a *Publish) ReleaseAggregate(ctx context.Context, in workflows.ReleaseInput) (workflows.ReleaseResult, error) {
-	out, err := outbox.Release(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch)
+	out, err := relaydb.Release(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch)
 	if err != nil {
 		return workflows.ReleaseResult{}, fmt.Errorf("release %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}
@@ -250,7 +250,7 @@ func (a *Publish) ReleaseAggregate(ctx context.Context, in workflows.ReleaseInpu
 
 // deliverEvent sends one event everywhere it goes: to RabbitMQ (unless it
 // skips the broker), then to each of its workflow destinations.
-func (a *Publish) deliverEvent(ctx context.Context, id string, ev outbox.PublishRow) error {
+func (a *Publish) deliverEvent(ctx context.Context, id string, ev relaydb.PublishRow) error {
 	p, err := a.targets.planFor(id, ev)
 	if err != nil {
 		return err
@@ -265,8 +265,8 @@ func (a *Publish) deliverEvent(ctx context.Context, id string, ev outbox.Publish
 
 // loadEvent reads an outbox row, classifying a row that cannot exist as
 // non-retryable.
-func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (outbox.PublishRow, error) {
-	ev, err := outbox.LoadForPublish(ctx, pool, id)
+func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (relaydb.PublishRow, error) {
+	ev, err := relaydb.LoadForPublish(ctx, pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ev, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", id), ErrTypeEventMissing, nil)
@@ -286,7 +286,7 @@ func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (outbox.Publi
 
 // send publishes the row to RabbitMQ and waits for the confirm,
 // classifying failures by ErrType.
-func (a *sender) send(ctx context.Context, id string, ev outbox.PublishRow) error {
+func (a *sender) send(ctx context.Context, id string, ev relaydb.PublishRow) error {
 	_, err := a.target.Publish(ctx, []delivery.Event{{ID: id, Row: ev}})
 	return classifyPublish(err)
 }
@@ -318,7 +318,7 @@ func classifyPublish(err error) error {
 func (a *Publish) LoadAggregateCursor(ctx context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
 	var res workflows.CursorResult
 	var err error
-	res.Delivered, err = outbox.DeliveredVersion(ctx, a.pool, in.AggregateType, in.AggregateID)
+	res.Delivered, err = relaydb.DeliveredVersion(ctx, a.pool, in.AggregateType, in.AggregateID)
 	if err != nil {
 		return res, fmt.Errorf("load cursor of %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}
@@ -340,7 +340,7 @@ func noteError(ctx context.Context, pool *pgxpool.Pool, id string, cause error) 
 	if errors.As(cause, &appErr) {
 		class = cmp.Or(appErr.Type(), class)
 	}
-	if err := outbox.NoteError(ctx, pool, id, class, pgtext.Truncate(cause.Error(), 1000)); err != nil {
+	if err := relaydb.NoteError(ctx, pool, id, class, pgtext.Truncate(cause.Error(), 1000)); err != nil {
 		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
 	}
 }

@@ -6,14 +6,14 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Event is one outbox row on its way out.
 type Event struct {
 	// ID is the event id: the message id consumers deduplicate by.
 	ID  string
-	Row outbox.PublishRow
+	Row relaydb.PublishRow
 }
 
 // Target sends events of one aggregate, in the order given, and reports

@@ -10,7 +10,7 @@
 // The routing key comes from a template (RoutingKeyTemplate).
 //
 // It does not own the rows: loading them and marking them published is
-// the caller's (package outbox holds the statements), and so is what a
+// the caller's (package relaydb holds the statements), and so is what a
 // failure means (an activity retries it, the lane hands the aggregate to
 // its workflow). The errors a Target returns are package broker's
 // sentinels, which both callers classify.

@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // RabbitMQConfig configures a RabbitMQ target.
@@ -98,7 +99,7 @@ func (r *RabbitMQ) Publish(ctx context.Context, events []Event) (int, error) {
 // over them: Ferry's always win. Validation and the schema refuse the
 // reserved names, so a collision means a row written around the check; it
 // is logged, once per message, naming the headers, never their values.
-func (r *RabbitMQ) message(ctx context.Context, id string, ev outbox.PublishRow) (broker.Message, trace.Span) {
+func (r *RabbitMQ) message(ctx context.Context, id string, ev relaydb.PublishRow) (broker.Message, trace.Span) {
 	headers := make(amqp.Table, len(ev.Headers)+7)
 	for k, v := range ev.Headers {
 		headers[k] = v

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Metrics are the counters Ferry's components increment. A nil *Metrics is
@@ -122,7 +122,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	failed := 0.0
-	backlog, err := outbox.ReadBacklog(ctx, c.pool)
+	backlog, err := relaydb.ReadBacklog(ctx, c.pool)
 	for _, b := range backlog {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(b.Count), b.AggregateType, b.Status)
 		if b.Status == "delayed" {
@@ -133,7 +133,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var size int64
 	if err == nil {
-		size, err = outbox.TableBytes(ctx, c.pool)
+		size, err = relaydb.TableBytes(ctx, c.pool)
 	}
 	if err != nil {
 		failed = 1

@@ -16,7 +16,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -109,7 +109,7 @@ func classify(err error) (string, bool) {
 // laneEvent is one row of a direct claim.
 type laneEvent struct {
 	claimed
-	row outbox.PublishRow
+	row relaydb.PublishRow
 }
 
 // laneAggregate is one aggregate of a direct claim, and what became of it.
@@ -182,7 +182,7 @@ func (l *lanePause) ok() bool {
 // log-tailing relay's stream); nil takes the oldest. again says that
 // another round would find more (a claim came back full, or a released
 // aggregate has later versions).
-func (p *Poller) laneRound(ctx context.Context, only []outbox.AggregateKey) (n int, again bool, err error) {
+func (p *Poller) laneRound(ctx context.Context, only []relaydb.AggregateKey) (n int, again bool, err error) {
 	if !p.pause.paused(time.Now()) {
 		n, again, err = p.publishDirect(ctx, only)
 		if err != nil {
@@ -194,7 +194,7 @@ func (p *Poller) laneRound(ctx context.Context, only []outbox.AggregateKey) (n i
 }
 
 // publishDirect claims, publishes and marks one batch of the lane.
-func (p *Poller) publishDirect(ctx context.Context, only []outbox.AggregateKey) (int, bool, error) {
+func (p *Poller) publishDirect(ctx context.Context, only []relaydb.AggregateKey) (int, bool, error) {
 	start := time.Now()
 	aggs, err := p.claimDirect(ctx, only)
 	if err != nil || len(aggs) == 0 {
@@ -234,7 +234,7 @@ func (p *Poller) publishDirect(ctx context.Context, only []outbox.AggregateKey) 
 }
 
 // claimDirect runs the direct claim and groups its rows per aggregate.
-func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([]*laneAggregate, error) {
+func (p *Poller) claimDirect(ctx context.Context, only []relaydb.AggregateKey) ([]*laneAggregate, error) {
 	var rs pgx.Rows
 	var err error
 	if only == nil {
@@ -246,10 +246,10 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
-	byKey := map[outbox.AggregateKey]*laneAggregate{}
+	byKey := map[relaydb.AggregateKey]*laneAggregate{}
 	var out []*laneAggregate
 	var (
-		k     outbox.AggregateKey
+		k     relaydb.AggregateKey
 		epoch int64
 		c     claimed
 	)
@@ -276,7 +276,7 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 	return out, nil
 }
 
-func splitKeys(keys []outbox.AggregateKey) (types, ids []string) {
+func splitKeys(keys []relaydb.AggregateKey) (types, ids []string) {
 	types, ids = make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		types[i], ids[i] = k.Type, k.ID
@@ -305,7 +305,7 @@ func (p *Poller) loadRows(ctx context.Context, aggs []*laneAggregate) error {
 			ids = append(ids, e.id)
 		}
 	}
-	rows, err := outbox.LoadManyForPublish(ctx, p.cfg.Pool, ids)
+	rows, err := relaydb.LoadManyForPublish(ctx, p.cfg.Pool, ids)
 	if err != nil {
 		return fmt.Errorf("load %d claimed rows: %w", len(ids), err)
 	}
@@ -466,10 +466,10 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	types, ids, epochs, upto := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
 	handoff, causes, handed := make([]bool, n), make([]string, n), make([]int64, n)
 	var confirmed, backoffIDs []string
-	byKey := make(map[outbox.AggregateKey]*laneAggregate, n)
+	byKey := make(map[relaydb.AggregateKey]*laneAggregate, n)
 	for i, a := range aggs {
 		types[i], ids[i], epochs[i] = a.aggType, a.aggID, a.epoch
-		byKey[outbox.AggregateKey{Type: a.aggType, ID: a.aggID}] = a
+		byKey[relaydb.AggregateKey{Type: a.aggType, ID: a.aggID}] = a
 		if a.confirmed > 0 {
 			upto[i] = a.events[a.confirmed-1].version
 		}
@@ -501,7 +501,7 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	}
 	out := make(map[*laneAggregate]markResult, n)
 	var (
-		k           outbox.AggregateKey
+		k           relaydb.AggregateKey
 		r           markResult
 		marked, bck int64
 	)
@@ -571,7 +571,7 @@ func (p *Poller) handOver(ctx context.Context, groups []*aggregateGroup) {
 
 // dispatchOwned hands the pending rows of aggregates that workflows own
 // to their runs, by signal under the owner's epoch.
-func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) (int, error) {
+func (p *Poller) dispatchOwned(ctx context.Context, only []relaydb.AggregateKey) (int, error) {
 	start := time.Now()
 	var rs pgx.Rows
 	var err error
@@ -584,12 +584,12 @@ func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) 
 	if err != nil {
 		return 0, fmt.Errorf("claim rows of aggregates workflows own: %w", err)
 	}
-	epochs := map[outbox.AggregateKey]int64{}
+	epochs := map[relaydb.AggregateKey]int64{}
 	batch, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (claimed, error) {
 		var c claimed
 		var epoch int64
 		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts, &epoch)
-		epochs[outbox.AggregateKey{Type: c.aggType, ID: c.aggID}] = epoch
+		epochs[relaydb.AggregateKey{Type: c.aggType, ID: c.aggID}] = epoch
 		return c, err
 	})
 	if err != nil {
@@ -600,7 +600,7 @@ func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) 
 	}
 	groups := group(batch)
 	for _, g := range groups {
-		g.epoch = epochs[outbox.AggregateKey{Type: g.aggType, ID: g.aggID}]
+		g.epoch = epochs[relaydb.AggregateKey{Type: g.aggType, ID: g.aggID}]
 	}
 	dctx, dcancel := context.WithTimeout(ctx, p.cfg.Lease-p.cfg.MarkTimeout)
 	ok, failed := p.dispatch(dctx, groups)

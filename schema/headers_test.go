@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/schema"
 )
 
@@ -129,7 +130,7 @@ func TestRolesWriteAndReadHeaders(t *testing.T) {
 	requireDenied(t, r.as(t, r.producer, `SELECT headers FROM outbox_events`), "read headers")
 	requireDenied(t, r.as(t, r.relay, `UPDATE outbox_events SET headers = NULL`), "change headers")
 
-	row, err := outbox.LoadForPublish(ctx, r.pool(t, r.relay), got.ID.String())
+	row, err := relaydb.LoadForPublish(ctx, r.pool(t, r.relay), got.ID.String())
 	require.NoError(t, err)
 	require.Equal(t, headers, row.Headers)
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Dispatcher is what the stream hands events to and catches up with:
@@ -23,7 +23,7 @@ type Dispatcher interface {
 	Drain(ctx context.Context) (int, error)
 	// RelayAggregates is the publish-first lane's round for the streamed
 	// aggregates (Lane says which lane the poller runs).
-	RelayAggregates(ctx context.Context, keys []outbox.AggregateKey) (int, error)
+	RelayAggregates(ctx context.Context, keys []relaydb.AggregateKey) (int, error)
 	Lane() string
 	JoinFleet(ctx context.Context) error
 	LeaveFleet()

@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/walrelay"
 )
 
@@ -125,7 +125,7 @@ func (r *recorder) Drain(ctx context.Context) (int, error) {
 func (r *recorder) Lane() string                    { return poller.LaneWorkflow }
 func (r *recorder) JoinFleet(context.Context) error { return nil }
 func (r *recorder) LeaveFleet()                     {}
-func (r *recorder) RelayAggregates(context.Context, []outbox.AggregateKey) (int, error) {
+func (r *recorder) RelayAggregates(context.Context, []relaydb.AggregateKey) (int, error) {
 	return 0, errors.New("the recorder runs the workflow lane")
 }
 

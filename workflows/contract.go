@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Registered names. Wire contract: never rename.
@@ -349,8 +349,8 @@ const (
 
 // HeldPrefix starts the last_error of a row a blocked workflow handed back
 // (HoldEventsActivity); pollers do not mark such a row dispatched. The
-// statements that write and find it are outbox's (outbox.HeldPrefix).
-const HeldPrefix = outbox.HeldPrefix
+// statements that write and find it are relaydb's (relaydb.HeldPrefix).
+const HeldPrefix = relaydb.HeldPrefix
 
 // HoldInterval is how long a held row stays out of the claim when nothing
 // releases it (its workflow was terminated while blocked): it is then

@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -27,9 +28,9 @@ import (
 // released it.
 
 // laneOwner reads an aggregate's owner row; ok is false when none.
-func (e *env) laneOwner(t *testing.T, aggID string) (outbox.Owner, bool) {
+func (e *env) laneOwner(t *testing.T, aggID string) (relaydb.Owner, bool) {
 	t.Helper()
-	o, ok, err := outbox.OwnerOf(context.Background(), e.db.Pool, e.aggType, aggID)
+	o, ok, err := relaydb.OwnerOf(context.Background(), e.db.Pool, e.aggType, aggID)
 	require.NoError(t, err)
 	return o, ok
 }
@@ -90,11 +91,11 @@ func TestLaneHandsAFailingAggregateToItsWorkflowAndBack(t *testing.T) {
 	poison, err := e.commitType(ctx, "A", "poison", false)
 	require.NoError(t, err)
 	committedAt := time.Now()
-	var owner outbox.Owner
+	var owner relaydb.Owner
 	waitFor(t, 30*time.Second, "A handed to its workflow", func() bool {
 		o, ok := e.laneOwner(t, "A")
 		owner = o
-		return ok && o.Owner == outbox.OwnerWorkflow
+		return ok && o.Owner == relaydb.OwnerWorkflow
 	})
 	require.Equal(t, "Unroutable", owner.Cause)
 	// The run retries the event on the regular path: a pending
@@ -227,11 +228,11 @@ func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
 			waitFor(t, 30*time.Second, "the healthy aggregate's first event", func() bool { return l.unique() == 1 })
 
 			bad := e.commitLarge(t, "X", "bad", tt.class == "PayloadTooLarge" || tt.class == "MessageRefused")
-			var owner outbox.Owner
+			var owner relaydb.Owner
 			waitFor(t, 30*time.Second, "X handed to its workflow", func() bool {
 				o, ok := e.laneOwner(t, "X")
 				owner = o
-				return ok && o.Owner == outbox.OwnerWorkflow
+				return ok && o.Owner == relaydb.OwnerWorkflow
 			})
 			require.Equal(t, tt.class, owner.Cause)
 			if tt.permanent {
@@ -298,11 +299,11 @@ func TestLaneRunThatLostItsEpochFails(t *testing.T) {
 	ctx := context.Background()
 	poison, err := e.commitType(ctx, "A", "poison", false)
 	require.NoError(t, err)
-	var owner outbox.Owner
+	var owner relaydb.Owner
 	waitFor(t, 30*time.Second, "A handed to its workflow", func() bool {
 		o, ok := e.laneOwner(t, "A")
 		owner = o
-		return ok && o.Owner == outbox.OwnerWorkflow
+		return ok && o.Owner == relaydb.OwnerWorkflow
 	})
 	wf := workflows.WorkflowID(e.aggType, "A")
 	// Between two attempts (the next comes a second or more later), so

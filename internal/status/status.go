@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/effects"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -194,12 +194,12 @@ func Collect(ctx context.Context, pool *pgxpool.Pool, c client.Client, dc conver
 		dc = converter.GetDefaultDataConverter()
 	}
 	s := Snapshot{At: time.Now().UTC(), Namespace: namespace, TaskQueue: taskQueue, Blocked: []Blocked{}, Unheld: []Unheld{}}
-	backlog, err := outbox.ReadBacklog(ctx, pool)
+	backlog, err := relaydb.ReadBacklog(ctx, pool)
 	if err != nil {
 		return s, err
 	}
 	s.Backlog = backlogByStatus(backlog)
-	if s.PublishedLastMinute, s.PublishedLastHour, err = outbox.PublishedRecently(ctx, pool); err != nil {
+	if s.PublishedLastMinute, s.PublishedLastHour, err = relaydb.PublishedRecently(ctx, pool); err != nil {
 		return s, err
 	}
 	if s.Blocked, s.BlockedTruncated, err = BlockedAggregates(ctx, c, namespace, maxBlocked); err != nil {
@@ -229,7 +229,7 @@ const maxOwned = 20
 // collectLane reads the relays' registry and the owner table.
 func collectLane(ctx context.Context, pool *pgxpool.Pool) (Lane, error) {
 	l := Lane{Relays: []LaneRelay{}, Owned: []OwnedByRun{}}
-	relays, err := outbox.Relays(ctx, pool)
+	relays, err := relaydb.Relays(ctx, pool)
 	if err != nil {
 		return l, err
 	}
@@ -239,12 +239,12 @@ func collectLane(ctx context.Context, pool *pgxpool.Pool) (Lane, error) {
 		}
 		l.Relays = append(l.Relays, LaneRelay{Name: r.Name, Lane: r.Lane, Source: r.Source, Seen: r.Seen})
 	}
-	n, err := outbox.ReadLaneCounts(ctx, pool)
+	n, err := relaydb.ReadLaneCounts(ctx, pool)
 	if err != nil {
 		return l, err
 	}
 	l.WorkflowOwned, l.RelayLeases = n.Workflow, n.Relay
-	owned, err := outbox.WorkflowOwnedSince(ctx, pool, 0, maxOwned)
+	owned, err := relaydb.WorkflowOwnedSince(ctx, pool, 0, maxOwned)
 	if err != nil {
 		return l, fmt.Errorf("read aggregates workflows own: %w", err)
 	}
@@ -300,7 +300,7 @@ func UnheldRows(ctx context.Context, pool *pgxpool.Pool, held map[string]bool, l
 	if limit > 0 {
 		n = limit + len(held) + 1
 	}
-	all, err := outbox.Quarantined(ctx, pool, n)
+	all, err := relaydb.Quarantined(ctx, pool, n)
 	if err != nil {
 		return out, false, err
 	}
@@ -319,7 +319,7 @@ func UnheldRows(ctx context.Context, pool *pgxpool.Pool, held map[string]bool, l
 
 // backlogByStatus sums the backlog of every aggregate type by status, in
 // status order, keeping the oldest age and the nearest due time.
-func backlogByStatus(rows []outbox.Backlog) []StatusCount {
+func backlogByStatus(rows []relaydb.Backlog) []StatusCount {
 	out := []StatusCount{}
 	for _, r := range rows {
 		i := slices.IndexFunc(out, func(sc StatusCount) bool { return sc.Status == r.Status })

@@ -1,4 +1,4 @@
-package outbox
+package relaydb
 
 // SQLUndelivered is sqlUndelivered, for the test of its plan.
 const SQLUndelivered = sqlUndelivered

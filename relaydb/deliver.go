@@ -1,7 +1,8 @@
-package outbox
+package relaydb
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,13 +13,7 @@ import (
 
 // This file holds the writes and reads of the delivery side: the aggregate
 // workflow's activities publish rows, mark them, hand them back, and the
-// scheduled maintenance deletes, re-dispatches and checks them. They are
-// steps of the activities' operations, often several in one transaction,
-// so each function takes the caller's Execer (a pool or a pgx.Tx) and
-// opens no transaction of its own. Errors come back as the driver returned
-// them: the caller names the operation that failed (those messages are
-// what operators read in Temporal's UI), and classifies pgx.ErrNoRows and
-// PostgreSQL's codes itself.
+// scheduled maintenance deletes, re-dispatches and checks them.
 
 // Execer is what the delivery statements need: a *pgxpool.Pool, a pgx.Tx
 // or a *pgx.Conn.
@@ -370,4 +365,24 @@ func RedispatchRows(ctx context.Context, db Execer, ids []string, before time.Ti
 func scanAggregateKey(r pgx.CollectableRow) (AggregateKey, error) {
 	var k AggregateKey
 	return k, r.Scan(&k.Type, &k.ID)
+}
+
+// decodeHeaders reads the headers column. The schema's check makes it NULL
+// or an object of strings; a row written around the check is read as well
+// as it can be rather than blocking its aggregate: a value that is not a
+// string keeps its JSON text, and anything but an object reads as none.
+func decodeHeaders(raw []byte) map[string]string {
+	var obj map[string]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &obj) != nil || len(obj) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(obj))
+	for k, v := range obj {
+		s := string(v)
+		if len(v) > 0 && v[0] == '"' {
+			_ = json.Unmarshal(v, &s) // a valid JSON string: jsonb wrote it
+		}
+		out[k] = s
+	}
+	return out
 }

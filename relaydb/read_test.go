@@ -1,4 +1,4 @@
-package outbox_test
+package relaydb_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // The backlog must never read the whole table: delivered rows are its bulk.
@@ -29,7 +29,7 @@ func TestUndeliveredReadsOnlyThroughPartialIndexes(t *testing.T) {
 		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `EXPLAIN SELECT status, count(*) FROM (`+outbox.SQLUndelivered+`) u GROUP BY status`)
+		rows, err := tx.Query(ctx, `EXPLAIN SELECT status, count(*) FROM (`+relaydb.SQLUndelivered+`) u GROUP BY status`)
 		if err != nil {
 			return err
 		}
@@ -46,7 +46,7 @@ func TestUndeliveredReadsOnlyThroughPartialIndexes(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	backlog, err := outbox.ReadBacklog(ctx, db.Pool)
+	backlog, err := relaydb.ReadBacklog(ctx, db.Pool)
 	require.NoError(t, err)
 	n := map[string]int64{}
 	for _, b := range backlog {
@@ -58,7 +58,7 @@ func TestUndeliveredReadsOnlyThroughPartialIndexes(t *testing.T) {
 		"order/pending": 5, "order/dispatched": 5, "order/quarantined": 5,
 	}, n, "published and skipped rows are delivered")
 
-	size, err := outbox.TableBytes(ctx, db.Pool)
+	size, err := relaydb.TableBytes(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Positive(t, size)
 }
@@ -79,37 +79,37 @@ func TestReadsByIDAndStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ids, 3)
 
-	q, err := outbox.Quarantined(ctx, db.Pool, 0)
+	q, err := relaydb.Quarantined(ctx, db.Pool, 0)
 	require.NoError(t, err)
 	require.Len(t, q, 1)
-	require.Equal(t, outbox.Row{ID: ids[2], AggregateType: "order", AggregateID: "a", Version: 3, EventType: "e3", Status: "quarantined",
+	require.Equal(t, relaydb.Row{ID: ids[2], AggregateType: "order", AggregateID: "a", Version: 3, EventType: "e3", Status: "quarantined",
 		LastError: "quarantined (X): no", LastErrorClass: "X", CreatedAt: q[0].CreatedAt, Payload: q[0].Payload}, q[0])
 	require.JSONEq(t, `{"n": 3}`, *q[0].Payload)
 
-	byID, err := outbox.RowsByID(ctx, db.Pool, []string{ids[0], ids[2], "00000000-0000-0000-0000-000000000000"})
+	byID, err := relaydb.RowsByID(ctx, db.Pool, []string{ids[0], ids[2], "00000000-0000-0000-0000-000000000000"})
 	require.NoError(t, err)
 	require.Len(t, byID, 2)
 	require.Equal(t, int64(1), byID[ids[0]].Version)
 	require.Empty(t, byID[ids[0]].LastError)
 
-	one, err := outbox.RowByID(ctx, db.Pool, strings.ToUpper(ids[1]))
+	one, err := relaydb.RowByID(ctx, db.Pool, strings.ToUpper(ids[1]))
 	require.NoError(t, err)
 	require.Equal(t, "published", one.Status)
 	for _, id := range []string{"00000000-0000-0000-0000-000000000000", "not-a-uuid"} {
-		_, err = outbox.RowByID(ctx, db.Pool, id)
-		require.ErrorIs(t, err, outbox.ErrEventNotFound, id)
-		_, err = outbox.Payload(ctx, db.Pool, id)
-		require.ErrorIs(t, err, outbox.ErrEventNotFound, id)
+		_, err = relaydb.RowByID(ctx, db.Pool, id)
+		require.ErrorIs(t, err, relaydb.ErrEventNotFound, id)
+		_, err = relaydb.Payload(ctx, db.Pool, id)
+		require.ErrorIs(t, err, relaydb.ErrEventNotFound, id)
 	}
 
-	p, err := outbox.Payload(ctx, db.Pool, ids[1])
+	p, err := relaydb.Payload(ctx, db.Pool, ids[1])
 	require.NoError(t, err)
 	require.JSONEq(t, `{"n": 2}`, string(p))
 
-	pub, err := outbox.PublishedIDs(ctx, db.Pool, "order", "a", 1, 3)
+	pub, err := relaydb.PublishedIDs(ctx, db.Pool, "order", "a", 1, 3)
 	require.NoError(t, err)
 	require.Equal(t, ids[:2], pub, "the quarantined v3 is not published")
-	minute, hour, err := outbox.PublishedRecently(ctx, db.Pool)
+	minute, hour, err := relaydb.PublishedRecently(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Zero(t, minute+hour, "published_at is not set by this insert")
 }

@@ -1,4 +1,4 @@
-package outbox_test
+package relaydb_test
 
 import (
 	"context"
@@ -9,13 +9,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
-// The delivery and repair functions return the driver's errors so their
-// callers can classify them: these are the contracts the activities rely on.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// The delivery functions return the driver's errors so their callers can
+// classify them: these are the contracts the activities rely on.
 func TestDeliveryFunctionsKeepTheirContracts(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
@@ -28,28 +33,28 @@ func TestDeliveryFunctionsKeepTheirContracts(t *testing.T) {
 	}
 	e1, e2 := insert("o-1"), insert("o-1")
 
-	_, err := outbox.LoadForPublish(ctx, db.Pool, "00000000-0000-0000-0000-000000000000")
+	_, err := relaydb.LoadForPublish(ctx, db.Pool, "00000000-0000-0000-0000-000000000000")
 	require.ErrorIs(t, err, pgx.ErrNoRows)
-	_, err = outbox.LoadForPublish(ctx, db.Pool, "not-a-uuid")
+	_, err = relaydb.LoadForPublish(ctx, db.Pool, "not-a-uuid")
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr) && pgErr.Code == "22P02", "%v", err)
-	rows, err := outbox.LoadManyForPublish(ctx, db.Pool, []string{e1, e2, "00000000-0000-0000-0000-000000000000"})
+	rows, err := relaydb.LoadManyForPublish(ctx, db.Pool, []string{e1, e2, "00000000-0000-0000-0000-000000000000"})
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	require.Equal(t, int64(2), rows[e2].Version)
 	require.JSONEq(t, `{"n": 1}`, string(rows[e1].Payload))
 
-	v, err := outbox.DeliveredVersion(ctx, db.Pool, "order", "nobody")
+	v, err := relaydb.DeliveredVersion(ctx, db.Pool, "order", "nobody")
 	require.NoError(t, err)
 	require.Zero(t, v, "an aggregate without a row has delivered nothing")
-	require.NoError(t, outbox.MarkPublished(ctx, db.Pool, e2))
-	require.NoError(t, outbox.MarkPublished(ctx, db.Pool, e1), "a late mark of an earlier version")
-	v, err = outbox.DeliveredVersion(ctx, db.Pool, "order", "o-1")
+	require.NoError(t, relaydb.MarkPublished(ctx, db.Pool, e2))
+	require.NoError(t, relaydb.MarkPublished(ctx, db.Pool, e1), "a late mark of an earlier version")
+	v, err = relaydb.DeliveredVersion(ctx, db.Pool, "order", "o-1")
 	require.NoError(t, err)
 	require.Equal(t, int64(2), v, "GREATEST: a late mark does not move the cursor back")
 
 	e3 := insert("o-1")
-	require.NoError(t, outbox.Hold(ctx, db.Pool, []string{e3}, time.Hour, outbox.HeldPrefix+"test"))
+	require.NoError(t, relaydb.Hold(ctx, db.Pool, []string{e3}, time.Hour, relaydb.HeldPrefix+"test"))
 	var lastError *string
 	var later bool
 	read := func() {
@@ -58,44 +63,19 @@ func TestDeliveryFunctionsKeepTheirContracts(t *testing.T) {
 	read()
 	require.True(t, later)
 	require.NotNil(t, lastError)
-	require.NoError(t, outbox.ReleaseHeld(ctx, db.Pool, "order", "o-1"))
+	require.NoError(t, relaydb.ReleaseHeld(ctx, db.Pool, "order", "o-1"))
 	read()
 	require.False(t, later)
 	require.Nil(t, lastError)
 
-	_, found, err := outbox.ReadDriftRows(ctx, db.Pool, "order", "nobody", time.Minute)
+	_, found, err := relaydb.ReadDriftRows(ctx, db.Pool, "order", "nobody", time.Minute)
 	require.NoError(t, err)
 	require.False(t, found)
-	d, found, err := outbox.ReadDriftRows(ctx, db.Pool, "order", "o-1", time.Minute)
+	d, found, err := relaydb.ReadDriftRows(ctx, db.Pool, "order", "o-1", time.Minute)
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, int64(2), d.Delivered)
 
-	_, err = outbox.FindRepair(ctx, db.Pool, "r-1")
-	require.ErrorIs(t, err, pgx.ErrNoRows)
-	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		ev, err := outbox.LockForRepair(ctx, tx, e1)
-		require.NoError(t, err)
-		require.Equal(t, "published", ev.Status)
-		a := outbox.Audit{RequestID: "r-1", Actor: "test", Action: "replay", EventID: e1, AggregateType: ev.AggregateType,
-			AggregateID: ev.AggregateID, Version: ev.Version, Reason: "test", PayloadSHA256Before: "x", PayloadSHA256After: "x",
-			SchemaVersionBefore: ev.SchemaVersion, SchemaVersionAfter: ev.SchemaVersion}
-		inserted, err := outbox.InsertReplay(ctx, tx, a)
-		require.NoError(t, err)
-		require.True(t, inserted)
-		inserted, err = outbox.InsertReplay(ctx, tx, a)
-		require.NoError(t, err)
-		require.False(t, inserted, "a repeated request id is not audited twice")
-		a.RequestID, a.Reason = "r-2", ""
-		_, err = outbox.InsertReplay(ctx, tx, a)
-		require.True(t, errors.As(err, &pgErr) && pgErr.Code == "23514", "an empty reason is refused: %v", err)
-		return nil
-	})
-	require.Error(t, err, "the refused insert aborted the transaction")
-	_, err = outbox.FindRepair(ctx, db.Pool, "r-1")
-	require.ErrorIs(t, err, pgx.ErrNoRows, "rolled back with its transaction")
-	_, err = outbox.LockWithCursor(ctx, db.Pool, "00000000-0000-0000-0000-000000000000")
-	require.ErrorIs(t, err, pgx.ErrNoRows)
 }
 
 // The reconciler's statements touch only the dispatches a pass looked at:
@@ -116,11 +96,11 @@ func TestRedispatchKeepsToTheCutOff(t *testing.T) {
 	insert("o-1", "quarantined", time.Hour)
 	other := insert("o-2", "dispatched", 2*time.Hour)
 
-	keys, before, err := outbox.StuckAggregates(ctx, db.Pool, 30*time.Minute)
+	keys, before, err := relaydb.StuckAggregates(ctx, db.Pool, 30*time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, []outbox.AggregateKey{{Type: "order", ID: "o-2"}, {Type: "order", ID: "o-1"}}, keys, "the longest stuck first")
+	require.Equal(t, []relaydb.AggregateKey{{Type: "order", ID: "o-2"}, {Type: "order", ID: "o-1"}}, keys, "the longest stuck first")
 	require.WithinDuration(t, time.Now().Add(-30*time.Minute), before, time.Minute)
-	rows, err := outbox.StuckRows(ctx, db.Pool, "order", "o-1", before)
+	rows, err := relaydb.StuckRows(ctx, db.Pool, "order", "o-1", before)
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	require.Equal(t, []int64{1, 2}, []int64{rows[0].Version, rows[1].Version})
@@ -129,16 +109,16 @@ func TestRedispatchKeepsToTheCutOff(t *testing.T) {
 	// old2 is re-dispatched after the pass looked: its dispatched_at moves.
 	_, err = db.Pool.Exec(ctx, `UPDATE outbox_events SET dispatched_at = now() WHERE id = $1`, old2)
 	require.NoError(t, err)
-	n, err := outbox.RedispatchRows(ctx, db.Pool, []string{old1, old2}, before, "test")
+	n, err := relaydb.RedispatchRows(ctx, db.Pool, []string{old1, old2}, before, "test")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "old2 was re-dispatched since the pass looked")
-	n, err = outbox.RedispatchRows(ctx, db.Pool, []string{old1}, before, "again")
+	n, err = relaydb.RedispatchRows(ctx, db.Pool, []string{old1}, before, "again")
 	require.NoError(t, err)
 	require.Zero(t, n, "pending now, not dispatched")
-	n, err = outbox.RedispatchAggregate(ctx, db.Pool, "order", "o-1", before, "test")
+	n, err = relaydb.RedispatchAggregate(ctx, db.Pool, "order", "o-1", before, "test")
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing of o-1 left dispatched before the cut-off")
-	n, err = outbox.RedispatchAggregate(ctx, db.Pool, "order", "o-2", before, "workflow gone")
+	n, err = relaydb.RedispatchAggregate(ctx, db.Pool, "order", "o-2", before, "workflow gone")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 
@@ -151,7 +131,7 @@ func TestRedispatchKeepsToTheCutOff(t *testing.T) {
 	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'quarantined'`))
 	require.Equal(t, 1, countRows(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'dispatched'`))
 
-	_, before, err = outbox.StuckAggregates(ctx, db.Pool, 30*time.Minute)
+	_, before, err = relaydb.StuckAggregates(ctx, db.Pool, 30*time.Minute)
 	require.NoError(t, err)
 	require.True(t, before.IsZero(), "nothing stuck: no cut-off")
 }
@@ -167,7 +147,34 @@ func countRows(t *testing.T, db *testenv.DB, query string) int {
 func TestAdviceQuotesLiterals(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "UPDATE outbox_events SET status = 'pending', next_attempt_at = now() WHERE aggregate_type = 'order' AND aggregate_id = 'o''42' AND status = 'quarantined'",
-		outbox.AdviceRequeue("order", "o'42", "quarantined"))
+		relaydb.AdviceRequeue("order", "o'42", "quarantined"))
 	require.Equal(t, "UPDATE outbox_aggregates SET delivered_version = 7 WHERE aggregate_type = 'order' AND aggregate_id = 'o''42'",
-		outbox.AdviceSetDelivered("order", "o'42", 7))
+		relaydb.AdviceSetDelivered("order", "o'42", 7))
+}
+
+// A row written around the check (the constraint dropped) is still read:
+// a value that is not a string keeps its JSON text, a column that is no
+// object reads as no headers. Nothing blocks the aggregate.
+func TestLoadForPublishReadsHeadersWrittenAroundTheCheck(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := t.Context()
+	_, err := db.Pool.Exec(ctx, `ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_headers_valid`)
+	require.NoError(t, err)
+	insert := func(aggID, headers string) string {
+		var id string
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers) VALUES ('order', $1, 'created', '{}', $2::jsonb) RETURNING id::text`,
+			aggID, headers).Scan(&id))
+		return id
+	}
+	obj := insert("o-1", `{"n": 1, "s": "x", "nested": {"a": [1]}, "nil": null, "ferry-aggregate-id": "evil"}`)
+	arr := insert("o-2", `["a"]`)
+
+	row, err := relaydb.LoadForPublish(ctx, db.Pool, obj)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"n": "1", "s": "x", "nested": `{"a": [1]}`, "nil": "null", "ferry-aggregate-id": "evil"}, row.Headers)
+	row, err = relaydb.LoadForPublish(ctx, db.Pool, arr)
+	require.NoError(t, err)
+	require.Nil(t, row.Headers)
 }

@@ -1,4 +1,4 @@
-package outbox
+package relaydb
 
 import (
 	"context"
@@ -10,10 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// This file holds the reads of outbox_events that other packages need
-// (operator commands, effect activities, metrics): the table's shape and
-// its indexes are this package's and the schema's, so the SQL stays here,
-// each statement named with the reason for its shape.
+// This file holds the reads of outbox_events that operator commands,
+// effect activities and metrics need, each statement named with the reason
+// for its shape (the table's indexes are the schema's).
 
 // Queryer is what the reads need: a *pgxpool.Pool, a pgx.Tx or a *pgx.Conn.
 type Queryer interface {

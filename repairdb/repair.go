@@ -1,4 +1,4 @@
-package outbox
+package repairdb
 
 import (
 	"context"
@@ -7,21 +7,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The statements of repairs and replays: the audited changes an operator
-// (or a skip policy) makes to a blocked or delivered row, and their audit
-// table, ferry_repairs.
-//
-// This package owns ferry_repairs as well as outbox_events: every audit
-// row records a change to an outbox row (its event id, aggregate, version,
-// payload digests and schema versions) and is written in the same
-// transaction as that change, after the row was locked; migration 0002
-// creates both the table and the quarantined status it repairs. A package
-// of its own would have to take this package's transaction and row lock
-// to write a single INSERT, and nothing else reads or writes the table.
-// As with the delivery statements, each function takes the caller's
-// transaction (or pool) and returns the driver's error unwrapped.
+// Queryer is what the reads and the locks need: a pgx.Tx (a repair locks
+// its row for the rest of the transaction), a *pgxpool.Pool or a *pgx.Conn.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Execer is what the changes need: a pgx.Tx, in the transaction that
+// locked the row and writes its audit.
+type Execer interface {
+	Queryer
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
 
 // RepairTarget is the row a repair locked.
 type RepairTarget struct {
@@ -70,11 +71,19 @@ func LockWithCursor(ctx context.Context, tx Queryer, id string) (RepairTarget, e
 }
 
 // sqlSkip marks the event skipped and moves the aggregate's cursor past it
-// (sqlAdvanceCursor), so a later run of the workflow resumes after it.
+// in the same statement, as relaydb's MarkPublished does for a publish, so
+// a later run of the workflow resumes after it; GREATEST keeps a cursor
+// that is already further where it is.
 const sqlSkip = `
 WITH ev AS (
     UPDATE outbox_events SET status = 'skipped', last_error = NULL, last_error_class = NULL
-    WHERE id = $1` + sqlAdvanceCursor
+    WHERE id = $1
+    RETURNING aggregate_type, aggregate_id, aggregate_version
+)
+UPDATE outbox_aggregates a
+SET delivered_version = GREATEST(a.delivered_version, ev.aggregate_version), updated_at = now()
+FROM ev
+WHERE a.aggregate_type = ev.aggregate_type AND a.aggregate_id = ev.aggregate_id`
 
 // Skip marks the event skipped and moves its aggregate's cursor past it.
 func Skip(ctx context.Context, tx Execer, id string) error {
