@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
@@ -225,7 +225,7 @@ func (c Config) WithDefaults() (Config, error) {
 	c.WALCatchUpInterval = cmp.Or(c.WALCatchUpInterval, settings.DefaultWALCatchUpInterval)
 	c.AMQPURL = cmp.Or(c.AMQPURL, settings.DefaultAMQPURL)
 	c.Exchange = cmp.Or(c.Exchange, settings.DefaultExchange)
-	c.RoutingKey = cmp.Or(c.RoutingKey, delivery.DefaultRoutingKeyTemplate)
+	c.RoutingKey = cmp.Or(c.RoutingKey, rabbitmq.DefaultRoutingKeyTemplate)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, broker.DefaultMaxMessageBytes)
 	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, settings.DefaultConnectTimeout)
 	c.WorkflowTaskPollers = cmp.Or(c.WorkflowTaskPollers, settings.DefaultWorkflowTaskPollers)
@@ -304,7 +304,7 @@ func (c Config) validate() error {
 	case c.DriftSample < -1 || c.DriftSample > workflows.MaxDriftSample:
 		return fieldErr("Config.DriftSample", "must be 1 to %d aggregates, or -1 for no drift check, got %d", workflows.MaxDriftSample, c.DriftSample)
 	}
-	if _, err := delivery.RoutingKeyTemplate(c.RoutingKey); err != nil {
+	if _, err := rabbitmq.RoutingKeyTemplate(c.RoutingKey); err != nil {
 		return fieldErr("Config.RoutingKey", "%q: %v", c.RoutingKey, err)
 	}
 	router, err := c.destinations()

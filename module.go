@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/codec"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
@@ -54,7 +55,7 @@ var (
 	// RabbitMQ publisher of its own (Config.AMQPURL, Config.Exchange).
 	Worker = fx.Module("ferry.worker",
 		fx.Decorate(withDefaults),
-		fx.Provide(fx.Private, newModulePublisher),
+		fx.Provide(fx.Private, newModuleBroker),
 		fx.Provide(fx.Private, newWorkerConfig),
 		worker.Module,
 	)
@@ -186,14 +187,14 @@ type pollerDeps struct {
 
 func newPollerConfig(d pollerDeps) (poller.Config, error) {
 	tp, log := tracerProvider(d.Shared.Tracer), logger(d.Shared.Logger)
-	pub, target, err := laneTarget(d.Config, tp, log)
+	lane, err := laneTarget(d.Config, tp, log)
 	if err != nil {
 		return poller.Config{}, err
 	}
-	if pub != nil {
-		d.Shared.Lifecycle.Append(fx.StopHook(pub.Close))
+	if lane != nil {
+		d.Shared.Lifecycle.Append(fx.StopHook(lane.Close))
 	}
-	pc, err := pollerConfig(d.Config, d.Pool, d.Temporal, target, log)
+	pc, err := pollerConfig(d.Config, d.Pool, d.Temporal, asTarget(lane), log)
 	if err != nil {
 		return poller.Config{}, err
 	}
@@ -230,41 +231,39 @@ func runRelay(d relayDeps) error {
 	return nil
 }
 
-type publisherDeps struct {
+type brokerDeps struct {
 	fx.In
 
-	Lifecycle fx.Lifecycle
-	Config    Config
+	Shared shared
+	Config Config
 }
 
-// newModulePublisher creates the worker's publisher and checks that the
-// broker answers; fx closes it on stop.
-func newModulePublisher(d publisherDeps) (*broker.Publisher, error) {
-	if d.Config.NoBroker {
-		return nil, nil
+// newModuleBroker creates the worker's RabbitMQ target and checks that the
+// broker answers; fx closes it on stop. Without a broker (Config.NoBroker)
+// there is none: nil.
+func newModuleBroker(d brokerDeps) (*rabbitmq.Target, error) {
+	t, err := newBrokerTarget(d.Config, tracerProvider(d.Shared.Tracer), logger(d.Shared.Logger))
+	if err != nil || t == nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Config.ConnectTimeout)
 	defer cancel()
-	pub, err := newPublisher(d.Config)
-	if err != nil {
-		return nil, err
-	}
-	if err := pub.Connect(ctx); err != nil {
-		_ = pub.Close()
+	if err := t.Connect(ctx); err != nil {
+		_ = t.Close()
 		return nil, fmt.Errorf("cannot reach RabbitMQ at %s: %s\n  Is it running? Set Config.AMQPURL to point elsewhere", broker.Redact(d.Config.AMQPURL), shortErr(err))
 	}
-	d.Lifecycle.Append(fx.StopHook(pub.Close))
-	return pub, nil
+	d.Shared.Lifecycle.Append(fx.StopHook(t.Close))
+	return t, nil
 }
 
 type workerDeps struct {
 	fx.In
 
-	Shared    shared
-	Config    Config
-	Pool      *pgxpool.Pool
-	Temporal  client.Client
-	Publisher *broker.Publisher
+	Shared   shared
+	Config   Config
+	Pool     *pgxpool.Pool
+	Temporal client.Client
+	Broker   *rabbitmq.Target
 	// Upcast lifts payloads for workflow destinations (Deps.Upcast).
 	Upcast *upcast.Registry `optional:"true"`
 	// Converter encodes workflow destinations' envelopes
@@ -275,7 +274,7 @@ type workerDeps struct {
 }
 
 func newWorkerConfig(d workerDeps) (worker.Config, error) {
-	return workerConfig(d.Config, workerParts{pool: d.Pool, temporal: d.Temporal, pub: d.Publisher, up: d.Upcast,
+	return workerConfig(d.Config, workerParts{pool: d.Pool, temporal: d.Temporal, broker: d.Broker, up: d.Upcast,
 		dc: d.Converter.DataConverter, m: d.Metrics, mm: d.Maint, tp: tracerProvider(d.Shared.Tracer)})
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/effects/payment"
@@ -25,22 +26,41 @@ import (
 // The components' configs from a Config that WithDefaults filled and
 // checked: New and the modules build the same components from it.
 
-// newPublisher is the worker's RabbitMQ publisher; it dials on Connect.
-// Without a broker (Config.NoBroker) it is nil.
-func newPublisher(cfg Config) (*broker.Publisher, error) {
+// newBrokerTarget is the RabbitMQ target (Ferry's message contract,
+// package delivery/rabbitmq) over a publisher of its own, which dials on
+// Connect or on the first publish. A configuration without a broker
+// (Config.NoBroker) has none: nil. tp and logger may be nil (the
+// target's defaults).
+func newBrokerTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*rabbitmq.Target, error) {
 	if cfg.NoBroker {
 		return nil, nil
 	}
-	return broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
+	key, err := rabbitmq.RoutingKeyTemplate(cfg.RoutingKey)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
 		MaxMessageBytes: cfg.MaxMessageBytes})
+	if err != nil {
+		return nil, err
+	}
+	return rabbitmq.New(rabbitmq.Config{Publisher: pub, RoutingKey: key, TracerProvider: tp, Logger: logger})
+}
+
+// asTarget is t as a delivery.Target: nil (no broker) when t is.
+func asTarget(t *rabbitmq.Target) delivery.Target {
+	if t == nil {
+		return nil
+	}
+	return t
 }
 
 // workerParts are what the worker is built over besides its Config.
 type workerParts struct {
 	pool     *pgxpool.Pool
 	temporal client.Client
-	// pub is nil without a broker (Config.NoBroker).
-	pub *broker.Publisher
+	// broker is nil without a broker (Config.NoBroker).
+	broker *rabbitmq.Target
 	// up and dc may be nil: no upcasting, Temporal's default converter.
 	up *upcast.Registry
 	dc converter.DataConverter
@@ -53,10 +73,6 @@ type workerParts struct {
 
 // workerConfig is the worker's configuration over p.
 func workerConfig(cfg Config, p workerParts) (worker.Config, error) {
-	key, err := delivery.RoutingKeyTemplate(cfg.RoutingKey)
-	if err != nil {
-		return worker.Config{}, err
-	}
 	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, p.pool, p.m)
 	if err != nil {
 		return worker.Config{}, err
@@ -65,8 +81,8 @@ func workerConfig(cfg Config, p workerParts) (worker.Config, error) {
 	if err != nil {
 		return worker.Config{}, err
 	}
-	acts, err := activities.New(activities.Config{Pool: p.pool, Publisher: p.pub, NoBroker: cfg.NoBroker, Destinations: dests,
-		Namespace: cfg.Namespace, Upcast: p.up, DataConverter: p.dc, RoutingKey: key, Effects: effectRoutes, Metrics: p.m,
+	acts, err := activities.New(activities.Config{Pool: p.pool, Broker: asTarget(p.broker), Destinations: dests,
+		Namespace: cfg.Namespace, Upcast: p.up, DataConverter: p.dc, Effects: effectRoutes, Metrics: p.m,
 		MaintenanceMetrics: p.mm, Temporal: p.temporal, TracerProvider: p.tp})
 	if err != nil {
 		return worker.Config{}, err
@@ -145,25 +161,13 @@ func needsWorkflow(cfg Config) (func(aggregateType, eventType string) bool, erro
 }
 
 // laneTarget is the publish-first lane's RabbitMQ target, over a
-// publisher of the poller's own (it dials on the first publish), or nils
-// in the workflow lane.
-func laneTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*broker.Publisher, delivery.Target, error) {
+// publisher of the poller's own (it dials on the first publish), or nil in
+// the workflow lane.
+func laneTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*rabbitmq.Target, error) {
 	if cfg.Lane != LanePublishFirst {
-		return nil, nil, nil
+		return nil, nil
 	}
-	pub, err := newPublisher(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := delivery.RoutingKeyTemplate(cfg.RoutingKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	t, err := delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub, RoutingKey: key, TracerProvider: tp, Logger: logger})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pub, t, nil
+	return newBrokerTarget(cfg, tp, logger)
 }
 
 // walConfig is the log-tailing relay's settings, without its dependencies.

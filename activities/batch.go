@@ -85,7 +85,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 
 	n, pubErr := 0, error(nil)
 	if len(msgs) > 0 {
-		n, pubErr = a.target.Publish(ctx, msgs)
+		n, pubErr = a.broker.Publish(ctx, msgs)
 	}
 	// An event is done when the broker confirmed it (or it skips the
 	// broker) and each of its workflow destinations took it; the first
@@ -101,7 +101,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 			done, failID, failErr = it.at, it.id, classifyPublish(pubErr)
 			break
 		}
-		if err := a.targets.deliver(ctx, it.id, it.row, it.plan.routes); err != nil {
+		if err := a.targets.deliver(ctx, it.id, it.row, it.plan); err != nil {
 			done, failID, failErr = it.at, it.id, err
 			break
 		}

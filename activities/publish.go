@@ -11,14 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
@@ -33,14 +31,15 @@ import (
 type PublishConfig struct {
 	// Pool reaches the outbox tables. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends to RabbitMQ. Required unless NoBroker.
-	Publisher *broker.Publisher
-	// NoBroker: publish nothing to RabbitMQ; every event goes only to its
-	// workflow destinations, and an event type without one is quarantined
-	// (ErrTypeNoDestination). Publisher must then be nil. Default false.
-	NoBroker bool
+	// Broker is where events go unless their event type's destinations
+	// skip it (package delivery/rabbitmq: Ferry's message contract on
+	// RabbitMQ). Nil: a deployment without a broker, where every event
+	// goes only to its workflow destinations and an event type without one
+	// is quarantined (ErrTypeNoDestination). Required without
+	// Destinations.
+	Broker delivery.Target
 	// Destinations routes event types to workflows of your own (package
-	// destination). Default: none.
+	// destination), delivered through a destination.Target. Default: none.
 	Destinations *destination.Router
 	// Temporal and Namespace reach the destination workflows. Required
 	// when Destinations has any.
@@ -56,12 +55,10 @@ type PublishConfig struct {
 	Upcast *upcast.Registry
 	// Metrics counts publishes and their failures; nil counts nothing.
 	Metrics *metrics.Relay
-	// TracerProvider starts the publish span. Default: the global provider
+	// TracerProvider starts the spans of deliveries to workflow
+	// destinations (Broker starts its own). Default: the global provider
 	// (otel.GetTracerProvider(); a no-op until one is set).
 	TracerProvider trace.TracerProvider
-	// RoutingKey builds a message's routing key. Default
-	// "<aggregate_type>.<event_type>".
-	RoutingKey func(aggregateType, eventType string) string
 	// Effects resolves the effect workflows to start for a published event
 	// (effects.Router.For). Default: none.
 	Effects func(aggregateType, eventType string) []workflows.EffectStart
@@ -85,26 +82,28 @@ func NewPublish(cfg PublishConfig) (*Publish, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: PublishConfig.Pool is nil")
 	}
+	t := targets{broker: cfg.Broker, router: cfg.Destinations}
 	switch {
-	case cfg.Publisher == nil && !cfg.NoBroker:
-		return nil, errors.New("activities: PublishConfig.Publisher is nil (set NoBroker for a deployment without RabbitMQ)")
-	case cfg.Publisher != nil && cfg.NoBroker:
-		return nil, errors.New("activities: PublishConfig.Publisher is set, but NoBroker says there is no broker")
-	}
-	t := targets{router: cfg.Destinations, upcast: cfg.Upcast, noBroker: cfg.NoBroker, metrics: cfg.Metrics}
-	if cfg.Destinations.Len() > 0 {
+	case cfg.Destinations.Len() > 0:
+		var m destination.Metrics
+		if cfg.Metrics != nil {
+			m = cfg.Metrics
+		}
 		var err error
-		if t.sender, err = destination.NewSender(destination.SenderConfig{Temporal: cfg.Temporal, Namespace: cfg.Namespace, DataConverter: cfg.DataConverter}); err != nil {
+		t.dests, err = destination.NewTarget(destination.TargetConfig{Router: cfg.Destinations, Upcast: cfg.Upcast, Metrics: m,
+			TracerProvider: cfg.TracerProvider,
+			Sender:         destination.SenderConfig{Temporal: cfg.Temporal, Namespace: cfg.Namespace, DataConverter: cfg.DataConverter}})
+		if err != nil {
 			return nil, fmt.Errorf("activities: PublishConfig.Destinations: %w", err)
 		}
+	case cfg.Broker == nil:
+		return nil, errors.New("activities: PublishConfig.Broker is nil and there are no Destinations: every event would be quarantined (a deployment without a broker needs workflow destinations)")
 	}
 	if cfg.Effects == nil {
 		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
 	}
-	p := &Publish{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), targets: t, pool: cfg.Pool,
-		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}
-	p.targets.tracer = p.tracer
-	return p, nil
+	return &Publish{sender: sender{broker: cfg.Broker}, targets: t, pool: cfg.Pool,
+		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}, nil
 }
 
 // Register registers the publish activities under their wire names,
@@ -130,23 +129,10 @@ func (a *Publish) workflowSettings() *workflows.Settings {
 	return &s
 }
 
-// sender publishes outbox rows to RabbitMQ (delivery.RabbitMQ): the
-// publish path's and a replay's. target is nil without a broker.
+// sender publishes outbox rows to the broker target: the publish path's
+// and a replay's. broker is nil without a broker.
 type sender struct {
-	target *delivery.RabbitMQ
-	tracer trace.Tracer
-}
-
-func newSender(pub *broker.Publisher, routingKey func(aggregateType, eventType string) string, tp trace.TracerProvider) sender {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	s := sender{tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}
-	if pub != nil {
-		// Only a nil publisher fails, and there is none here.
-		s.target, _ = delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub, RoutingKey: routingKey, TracerProvider: tp})
-	}
-	return s
+	broker delivery.Target
 }
 
 // PublishEvent publishes one outbox event with a publisher confirm, then
@@ -248,8 +234,8 @@ func (a *Publish) ReleaseAggregate(ctx context.Context, in workflows.ReleaseInpu
 	return res, nil
 }
 
-// deliverEvent sends one event everywhere it goes: to RabbitMQ (unless it
-// skips the broker), then to each of its workflow destinations.
+// deliverEvent sends one event everywhere it goes: to the broker (unless
+// its destinations skip it), then to its workflow destinations.
 func (a *Publish) deliverEvent(ctx context.Context, id string, ev relaydb.PublishRow) error {
 	p, err := a.targets.planFor(id, ev)
 	if err != nil {
@@ -260,7 +246,7 @@ func (a *Publish) deliverEvent(ctx context.Context, id string, ev relaydb.Publis
 			return err
 		}
 	}
-	return a.targets.deliver(ctx, id, ev, p.routes)
+	return a.targets.deliver(ctx, id, ev, p)
 }
 
 // loadEvent reads an outbox row, classifying a row that cannot exist as
@@ -284,25 +270,26 @@ func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (relaydb.Publ
 	return ev, nil
 }
 
-// send publishes the row to RabbitMQ and waits for the confirm,
+// send publishes the row to the broker and waits for the confirm,
 // classifying failures by ErrType.
 func (a *sender) send(ctx context.Context, id string, ev relaydb.PublishRow) error {
-	_, err := a.target.Publish(ctx, []delivery.Event{{ID: id, Row: ev}})
+	_, err := a.broker.Publish(ctx, []delivery.Event{{ID: id, Row: ev}})
 	return classifyPublish(err)
 }
 
-// classifyPublish turns a broker error into the activity's error type.
+// classifyPublish turns a broker target's error (its delivery class) into
+// the activity's error type.
 // The message is the broker's, so the row's last_error and the log say what
 // the broker said.
 func classifyPublish(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, broker.ErrTooLarge):
+	case errors.Is(err, delivery.ErrTooLarge):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeTooLarge, err)
-	case errors.Is(err, broker.ErrRefused):
+	case errors.Is(err, delivery.ErrRefused):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRefused, err)
-	case errors.Is(err, broker.ErrUnroutable):
+	case errors.Is(err, delivery.ErrUnroutable):
 		// Retryable: binding a queue fixes it. When the retries run out the
 		// event is quarantined, never dropped.
 		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeUnroutable, err)

@@ -11,11 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
@@ -36,17 +35,11 @@ const (
 type RepairConfig struct {
 	// Pool reaches the outbox tables and ferry_repairs. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends replays to RabbitMQ. Nil (a deployment without a
-	// broker): replays are refused, naming why.
-	Publisher *broker.Publisher
+	// Broker re-publishes replays: the publish path's broker target. Nil
+	// (a deployment without a broker): replays are refused, naming why.
+	Broker delivery.Target
 	// Metrics counts quarantines, repairs and replays; nil counts nothing.
 	Metrics *metrics.Metrics
-	// TracerProvider starts a replay's publish span. Default: the global
-	// provider.
-	TracerProvider trace.TracerProvider
-	// RoutingKey builds a replayed message's routing key, as the publish
-	// path's. Default "<aggregate_type>.<event_type>".
-	RoutingKey func(aggregateType, eventType string) string
 }
 
 // Repair holds what the aggregate workflow does with an event it cannot
@@ -64,7 +57,7 @@ func NewRepair(cfg RepairConfig) (*Repair, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: RepairConfig.Pool is nil")
 	}
-	return &Repair{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), pool: cfg.Pool, metrics: cfg.Metrics}, nil
+	return &Repair{sender: sender{broker: cfg.Broker}, pool: cfg.Pool, metrics: cfg.Metrics}, nil
 }
 
 // Register registers the repair activities under their wire names.
@@ -205,7 +198,7 @@ func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput)
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up request %s: %w", in.RequestID, err)
 	}
-	if a.target == nil {
+	if a.broker == nil {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"event %s: replay re-publishes to RabbitMQ, and this worker has no broker (Config.NoBroker; ferry: --no-broker): nothing was published", in.EventID),
 			ErrTypeNotReplayable, nil)

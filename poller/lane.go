@@ -93,13 +93,13 @@ const publishConcurrency = 256
 // one (ClassBroker, false).
 func classify(err error) (string, bool) {
 	switch {
-	case errors.Is(err, broker.ErrUnroutable):
+	case errors.Is(err, delivery.ErrUnroutable):
 		return ClassUnroutable, true
-	case errors.Is(err, broker.ErrNacked):
+	case errors.Is(err, delivery.ErrNacked):
 		return ClassNacked, true
-	case errors.Is(err, broker.ErrTooLarge):
+	case errors.Is(err, delivery.ErrTooLarge):
 		return ClassTooLarge, true
-	case errors.Is(err, broker.ErrRefused):
+	case errors.Is(err, delivery.ErrRefused):
 		return ClassRefused, true
 	default:
 		return ClassBroker, false

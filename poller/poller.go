@@ -95,7 +95,7 @@ type Config struct {
 	// needs one (lane.go). Every relay of one outbox runs the same lane:
 	// Start refuses a relay of the other one (fleet.go).
 	Lane string
-	// Target is where LanePublishFirst publishes (delivery.RabbitMQ, with
+	// Target is where LanePublishFirst publishes (rabbitmq.Target, with
 	// the worker's broker settings). Required with LanePublishFirst,
 	// unused otherwise.
 	Target delivery.Target

@@ -18,7 +18,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
@@ -212,7 +212,9 @@ func TestRelayRole(t *testing.T) {
 	pub, err := broker.New(broker.Config{URL: br.URL, Exchange: br.Exchange})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Config{Pool: pool, Broker: target})
 	require.NoError(t, err)
 	var id string
 	require.NoError(t, r.db.Pool.QueryRow(ctx, `SELECT id::text FROM outbox_events`).Scan(&id))
@@ -233,8 +235,6 @@ func TestRelayRole(t *testing.T) {
 	// The publish-first lane: the relay takes the aggregate, publishes its
 	// event itself, marks it and gives the aggregate back.
 	r.insert(t, "lane")
-	target, err := delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub})
-	require.NoError(t, err)
 	lane, err := poller.New(poller.Config{Pool: pool, Temporal: testenv.LazyTemporal(t, testenv.ClosedAddr(t)),
 		Lane: poller.LanePublishFirst, Target: target, Name: "lane-relay"})
 	require.NoError(t, err)

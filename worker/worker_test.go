@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -43,7 +44,9 @@ func testActivities(t *testing.T) *activities.Activities {
 	t.Cleanup(pool.Close)
 	pub, err := broker.New(broker.Config{URL: "amqp://127.0.0.1:1/"})
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Config{Pool: pool, Broker: target})
 	require.NoError(t, err)
 	return acts
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	fdelivery "github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/internal/testenv"
@@ -143,18 +144,19 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	if o.temporal == nil {
 		o.temporal = tclient
 	}
-	var pub *broker.Publisher
+	var brokerTarget fdelivery.Target
 	if !o.noBroker {
-		var err error
-		pub, err = broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
+		pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = pub.Close() })
+		brokerTarget, err = rabbitmq.New(rabbitmq.Config{Publisher: pub, TracerProvider: o.tracer})
+		require.NoError(t, err)
 	}
 	dests, err := destination.ParseAll(o.destinations)
 	require.NoError(t, err)
 	router, err := destination.NewRouter(dests)
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, NoBroker: o.noBroker, Destinations: router, Namespace: namespace,
+	acts, err := activities.New(activities.Config{Pool: o.pool, Broker: brokerTarget, Destinations: router, Namespace: namespace,
 		DataConverter: o.dataConverter,
 		Metrics:       o.metrics, MaintenanceMetrics: o.maint, Temporal: workerClient, TracerProvider: o.tracer})
 	require.NoError(t, err)
@@ -176,7 +178,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 			lp, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = lp.Close() })
-			target, err = fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: lp, TracerProvider: o.tracer})
+			target, err = rabbitmq.New(rabbitmq.Config{Publisher: lp, TracerProvider: o.tracer})
 			require.NoError(t, err)
 			needs = func(aggType, eventType string) bool {
 				routes, _ := router.For(aggType, eventType)

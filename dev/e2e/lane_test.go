@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/ferry-outbox/ferry/broker"
-	fdelivery "github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
@@ -419,7 +419,7 @@ func TestLaneRefusesAMixedFleet(t *testing.T) {
 	require.Contains(t, out, "every relay of one outbox must run the same lane")
 
 	// In a library: the same refusal, as an error value.
-	target, err := fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: mustPublisher(t, e)})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: mustPublisher(t, e)})
 	require.NoError(t, err)
 	p, err := poller.New(poller.Config{Pool: e.db.Pool, Temporal: tclient, TaskQueue: e.taskQueue, Name: "lane-in-process",
 		Lane: poller.LanePublishFirst, Target: target})

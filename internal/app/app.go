@@ -79,17 +79,17 @@ func (c Config) DialTemporal(ctx context.Context, logger *slog.Logger) (client.C
 	return t.Dial(ctx, logger)
 }
 
-// OpenPublisher creates a RabbitMQ publisher and checks that the broker
-// answers, with an error that says what to do when it does not.
-func (c Config) OpenPublisher(ctx context.Context) (*broker.Publisher, error) {
+// CheckBroker dials RabbitMQ and closes the connection again, with an
+// error that says what to do when the broker does not answer.
+func (c Config) CheckBroker(ctx context.Context) error {
 	pub, err := broker.New(broker.Config{URL: c.AMQPURL, Exchange: c.Exchange, DialTimeout: c.ConnectTimeout,
 		MaxMessageBytes: c.MaxMessageBytes})
 	if err != nil {
-		return nil, err
+		return err
 	}
+	defer func() { _ = pub.Close() }()
 	if err := pub.Connect(ctx); err != nil {
-		_ = pub.Close()
-		return nil, fmt.Errorf("cannot reach RabbitMQ at %s: %s\n  Is it running? Set Config.AMQPURL to point elsewhere", broker.Redact(c.AMQPURL), err)
+		return fmt.Errorf("cannot reach RabbitMQ at %s: %s\n  Is it running? Set Config.AMQPURL to point elsewhere", broker.Redact(c.AMQPURL), err)
 	}
-	return pub, nil
+	return nil
 }

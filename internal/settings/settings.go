@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/walrelay"
@@ -195,7 +195,7 @@ var All = []Setting{
 		Note: "`amqp://` or `amqps://` (TLS in the URL: `cacertfile=`, `certfile=`, `keyfile=`); the password is never printed; pollers read it with `--lane publish-first`"},
 	{Name: "exchange", Env: "FERRY_EXCHANGE", Fields: []string{"Config.Exchange"}, Owner: OwnerRelay, Default: DefaultExchange,
 		Usage: "RabbitMQ topic exchange", Note: "1-255 letters, digits, `_`, `.`, `:` or `-`; the same on workers and pollers", Applies: appliesStart},
-	{Name: "routing-key", Env: "FERRY_ROUTING_KEY", Fields: []string{"Config.RoutingKey"}, Owner: OwnerRelay, Default: delivery.DefaultRoutingKeyTemplate,
+	{Name: "routing-key", Env: "FERRY_ROUTING_KEY", Fields: []string{"Config.RoutingKey"}, Owner: OwnerRelay, Default: rabbitmq.DefaultRoutingKeyTemplate,
 		Usage: "routing key template: {aggregate_type}, {event_type} and plain text", Note: "the same on workers and pollers", Applies: appliesStart},
 	{Name: "max-message-size", Env: "FERRY_MAX_MESSAGE_SIZE", Fields: []string{"Config.MaxMessageBytes"}, Owner: OwnerRelay,
 		Default: broker.DefaultMaxMessageBytes, DefaultText: "16 MiB",

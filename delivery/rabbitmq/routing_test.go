@@ -1,11 +1,11 @@
-package delivery_test
+package rabbitmq_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 )
 
 func TestRoutingKeyTemplate(t *testing.T) {
@@ -13,7 +13,7 @@ func TestRoutingKeyTemplate(t *testing.T) {
 	tests := []struct {
 		tmpl, want, wantErr string
 	}{
-		{tmpl: delivery.DefaultRoutingKeyTemplate, want: "order.created"},
+		{tmpl: rabbitmq.DefaultRoutingKeyTemplate, want: "order.created"},
 		{tmpl: "events.{aggregate_type}", want: "events.order"},
 		{tmpl: "{event_type}", want: "created"},
 		{tmpl: "static", want: "static"},
@@ -22,7 +22,7 @@ func TestRoutingKeyTemplate(t *testing.T) {
 		{tmpl: "{aggregate_id}", wantErr: "only {aggregate_type}"},
 	}
 	for _, tt := range tests {
-		f, err := delivery.RoutingKeyTemplate(tt.tmpl)
+		f, err := rabbitmq.RoutingKeyTemplate(tt.tmpl)
 		if tt.wantErr != "" {
 			require.ErrorContains(t, err, tt.wantErr, "template %q", tt.tmpl)
 			continue
@@ -30,13 +30,13 @@ func TestRoutingKeyTemplate(t *testing.T) {
 		require.NoError(t, err, "template %q", tt.tmpl)
 		require.Equal(t, tt.want, f("order", "created"))
 	}
-	def, err := delivery.RoutingKeyTemplate(delivery.DefaultRoutingKeyTemplate)
+	def, err := rabbitmq.RoutingKeyTemplate(rabbitmq.DefaultRoutingKeyTemplate)
 	require.NoError(t, err)
-	require.Equal(t, delivery.DefaultRoutingKey("a", "b"), def("a", "b"))
+	require.Equal(t, rabbitmq.DefaultRoutingKey("a", "b"), def("a", "b"))
 }
 
 func TestDefaultRoutingKey(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "order.placed", delivery.DefaultRoutingKey("order", "placed"))
-	require.Equal(t, "a.b.c.d", delivery.DefaultRoutingKey("a.b", "c.d"))
+	require.Equal(t, "order.placed", rabbitmq.DefaultRoutingKey("order", "placed"))
+	require.Equal(t, "a.b.c.d", rabbitmq.DefaultRoutingKey("a.b", "c.d"))
 }

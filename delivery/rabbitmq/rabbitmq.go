@@ -1,4 +1,4 @@
-package delivery
+package rabbitmq
 
 import (
 	"context"
@@ -15,16 +15,19 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/relaydb"
 )
 
-// RabbitMQConfig configures a RabbitMQ target.
-type RabbitMQConfig struct {
-	// Publisher sends with mandatory and publisher confirms. Required.
+// Config configures a Target.
+type Config struct {
+	// Publisher sends with mandatory and publisher confirms. Required. The
+	// target takes it over: Connect dials it, Close closes it.
 	Publisher *broker.Publisher
-	// RoutingKey builds a message's routing key. Default DefaultRoutingKey.
+	// RoutingKey builds a message's routing key (RoutingKeyTemplate).
+	// Default DefaultRoutingKey.
 	RoutingKey func(aggregateType, eventType string) string
 	// TracerProvider starts a ferry.publish span per message. Default: the
 	// global provider (otel.GetTracerProvider(); a no-op until one is set).
@@ -35,21 +38,24 @@ type RabbitMQConfig struct {
 	Logger *slog.Logger
 }
 
-// RabbitMQ is the Target of Ferry's message contract on RabbitMQ
-// (docs/consuming.md): message id = event id, type = event type, Ferry's
-// ferry-* headers and the W3C trace context beside the producer's
-// headers, the payload as the body.
-type RabbitMQ struct {
+// Target is Ferry's message contract on RabbitMQ (docs/consuming.md):
+// message id = event id, type = event type, Ferry's ferry-* headers and
+// the W3C trace context beside the producer's headers, the payload as the
+// body. It is a delivery.Target, safe for concurrent use.
+type Target struct {
 	pub        *broker.Publisher
 	routingKey func(aggregateType, eventType string) string
 	tracer     trace.Tracer
 	log        *slog.Logger
 }
 
-// NewRabbitMQ validates cfg.
-func NewRabbitMQ(cfg RabbitMQConfig) (*RabbitMQ, error) {
+var _ delivery.Target = (*Target)(nil)
+
+// New validates cfg. It dials nothing: the publisher dials on Connect or
+// on the first publish.
+func New(cfg Config) (*Target, error) {
 	if cfg.Publisher == nil {
-		return nil, errors.New("delivery: RabbitMQConfig.Publisher is nil")
+		return nil, errors.New("rabbitmq: Config.Publisher is nil")
 	}
 	if cfg.RoutingKey == nil {
 		cfg.RoutingKey = DefaultRoutingKey
@@ -60,16 +66,23 @@ func NewRabbitMQ(cfg RabbitMQConfig) (*RabbitMQ, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &RabbitMQ{pub: cfg.Publisher, routingKey: cfg.RoutingKey, log: cfg.Logger,
+	return &Target{pub: cfg.Publisher, routingKey: cfg.RoutingKey, log: cfg.Logger,
 		tracer: cfg.TracerProvider.Tracer("github.com/ferry-outbox/ferry/delivery")}, nil
 }
 
+// Connect dials the broker now, so that a process learns at its start
+// that RabbitMQ does not answer (a publish redials on its own).
+func (r *Target) Connect(ctx context.Context) error { return r.pub.Connect(ctx) }
+
+// Close closes the connection. Safe to call more than once.
+func (r *Target) Close() error { return r.pub.Close() }
+
 // Publish sends the events in one confirm window (broker.PublishBatch)
 // and returns how many leading ones the broker confirmed routed; err is
-// one of broker's sentinels (ErrUnroutable, ErrNacked, ErrTooLarge,
-// ErrRefused, ErrUnavailable). Each message has a producer span, ended
-// when its outcome is known.
-func (r *RabbitMQ) Publish(ctx context.Context, events []Event) (int, error) {
+// in one of delivery's classes (ErrUnroutable, ErrNacked, ErrTooLarge,
+// ErrRefused, ErrUnavailable), with broker's error and message. Each
+// message has a producer span, ended when its outcome is known.
+func (r *Target) Publish(ctx context.Context, events []delivery.Event) (int, error) {
 	if len(events) == 0 {
 		return 0, nil
 	}
@@ -85,8 +98,39 @@ func (r *RabbitMQ) Publish(ctx context.Context, events []Event) (int, error) {
 		}
 		span.End()
 	}
-	return n, err
+	return n, classify(err)
 }
+
+// classes maps broker's sentinels to delivery's.
+var classes = []struct{ broker, delivery error }{
+	{broker.ErrUnroutable, delivery.ErrUnroutable},
+	{broker.ErrNacked, delivery.ErrNacked},
+	{broker.ErrTooLarge, delivery.ErrTooLarge},
+	{broker.ErrRefused, delivery.ErrRefused},
+	{broker.ErrUnavailable, delivery.ErrUnavailable},
+}
+
+// classify puts a broker error in its delivery class, keeping its message
+// and the broker's error in the chain; other errors (a context's, a
+// closed publisher) come back as they are.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range classes {
+		if errors.Is(err, c.broker) {
+			return classed{err: err, class: c.delivery}
+		}
+	}
+	return err
+}
+
+// classed is a broker error in its delivery class: its message is the
+// broker's.
+type classed struct{ err, class error }
+
+func (c classed) Error() string   { return c.err.Error() }
+func (c classed) Unwrap() []error { return []error{c.err, c.class} }
 
 // message builds the AMQP message of a row and starts its producer span,
 // a child of the trace stored with the row, whose context travels in the
@@ -99,7 +143,7 @@ func (r *RabbitMQ) Publish(ctx context.Context, events []Event) (int, error) {
 // over them: Ferry's always win. Validation and the schema refuse the
 // reserved names, so a collision means a row written around the check; it
 // is logged, once per message, naming the headers, never their values.
-func (r *RabbitMQ) message(ctx context.Context, id string, ev relaydb.PublishRow) (broker.Message, trace.Span) {
+func (r *Target) message(ctx context.Context, id string, ev relaydb.PublishRow) (broker.Message, trace.Span) {
 	headers := make(amqp.Table, len(ev.Headers)+7)
 	for k, v := range ev.Headers {
 		headers[k] = v
