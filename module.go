@@ -40,7 +40,9 @@ import (
 //
 // Each module fills the Config's defaults and checks it (Config.WithDefaults,
 // by value: nothing is read or dialled), so a service supplies only what
-// it changes, and a bad value fails fx.New naming the field.
+// it changes, and a bad value fails fx.New naming the field. A Config that
+// is filled already (by ferry.Module around them, or by the service:
+// fx.Supply(cfg) of a cfg WithDefaults returned) is not filled again.
 var (
 	// Poller relays committed outbox rows to one Temporal workflow per
 	// aggregate: by claiming pending rows, or with Config.Source "wal" by
@@ -78,9 +80,16 @@ var (
 )
 
 // Module is everything for a service that brings only settings: Postgres,
-// Temporal, Metrics, Poller and Worker.
-var Module = fx.Options(Postgres, Temporal, Metrics, Poller, Worker)
+// Temporal, Metrics, Poller and Worker, over one Config filled once (the
+// modules inside take it as filled).
+var Module = fx.Module("ferry", fx.Decorate(withDefaults), Postgres, Temporal, relayModules)
 
+// relayModules are Module's modules that take the Config.
+var relayModules = fx.Options(Metrics, Poller, Worker)
+
+// withDefaults fills the Config in the graph: once, since WithDefaults
+// hands a Config it filled back as it is (a module inside ferry.Module,
+// and every module given a Config the service filled, finds it filled).
 func withDefaults(c Config) (Config, error) { return c.WithDefaults() }
 
 // shared are the dependencies every module's constructor takes (a named

@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/effects/payment"
@@ -24,7 +25,8 @@ import (
 )
 
 // The components' configs from a Config that WithDefaults filled and
-// checked: New and the modules build the same components from it.
+// checked: New and the modules build the same components from it, with the
+// routes and templates WithDefaults parsed (Config.parsed).
 
 // newBrokerTarget is the RabbitMQ target (Ferry's message contract,
 // package delivery/rabbitmq) over a publisher of its own, which dials on
@@ -35,7 +37,7 @@ func newBrokerTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (
 	if cfg.NoBroker {
 		return nil, nil
 	}
-	key, err := rabbitmq.RoutingKeyTemplate(cfg.RoutingKey)
+	f, err := cfg.parsed()
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +46,7 @@ func newBrokerTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	return rabbitmq.New(rabbitmq.Config{Publisher: pub, RoutingKey: key, TracerProvider: tp, Logger: logger})
+	return rabbitmq.New(rabbitmq.Config{Publisher: pub, RoutingKey: f.routingKey, TracerProvider: tp, Logger: logger})
 }
 
 // asTarget is t as a delivery.Target: nil (no broker) when t is.
@@ -73,15 +75,15 @@ type workerParts struct {
 
 // workerConfig is the worker's configuration over p.
 func workerConfig(cfg Config, p workerParts) (worker.Config, error) {
-	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, p.pool, p.m)
+	f, err := cfg.parsed()
 	if err != nil {
 		return worker.Config{}, err
 	}
-	dests, err := cfg.destinations()
+	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, f.effects, p.pool, p.m)
 	if err != nil {
 		return worker.Config{}, err
 	}
-	acts, err := activities.New(activities.Config{Pool: p.pool, Broker: asTarget(p.broker), Destinations: dests,
+	acts, err := activities.New(activities.Config{Pool: p.pool, Broker: asTarget(p.broker), Destinations: f.destinations,
 		Namespace: cfg.Namespace, Upcast: p.up, DataConverter: p.dc, Effects: effectRoutes, Metrics: p.m,
 		MaintenanceMetrics: p.mm, Temporal: p.temporal, TracerProvider: p.tp})
 	if err != nil {
@@ -129,35 +131,25 @@ func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, target delive
 	if cfg.Lane != LanePublishFirst {
 		return pc, nil
 	}
-	needs, err := needsWorkflow(cfg)
+	f, err := cfg.parsed()
 	if err != nil {
 		return pc, err
 	}
-	pc.Target, pc.NeedsWorkflow = target, needs
+	pc.Target, pc.NeedsWorkflow = target, needsWorkflow(f.destinations, f.effects)
 	return pc, nil
 }
 
 // needsWorkflow says which event types the publish-first lane hands to
-// their aggregate's workflow: those with effects or workflow
-// destinations, which only the workflow starts or delivers.
-func needsWorkflow(cfg Config) (func(aggregateType, eventType string) bool, error) {
-	dests, err := cfg.destinations()
-	if err != nil {
-		return nil, err
-	}
-	var fx *effects.Router
-	if len(cfg.Effects.Routes) > 0 {
-		if fx, err = cfg.Effects.router(); err != nil {
-			return nil, err
-		}
-	}
+// their aggregate's workflow: those with effects (fx, nil: none) or
+// workflow destinations, which only the workflow starts or delivers.
+func needsWorkflow(dests *destination.Router, fx *effects.Router) func(aggregateType, eventType string) bool {
 	if dests.Len() == 0 && fx == nil {
-		return func(string, string) bool { return false }, nil
+		return func(string, string) bool { return false }
 	}
 	return func(aggregateType, eventType string) bool {
 		routes, _ := dests.For(aggregateType, eventType)
-		return len(routes) > 0 || len(fx.For(aggregateType, eventType)) > 0
-	}, nil
+		return len(routes) > 0 || fx != nil && len(fx.For(aggregateType, eventType)) > 0
+	}
 }
 
 // laneTarget is the publish-first lane's RabbitMQ target, over a
@@ -177,15 +169,12 @@ func walConfig(cfg Config) walrelay.Config {
 
 // workerEffects builds what the worker needs for the configured effects:
 // the routes (activities.Config.Effects) and the registrars of the effect
-// workflows and activities (worker.Config.Effects). Without routes both
-// are nil. cfg was filled and checked by Config.WithDefaults.
-func workerEffects(cfg EffectsConfig, pool *pgxpool.Pool, m *metrics.Metrics) (func(string, string) []workflows.EffectStart, []worker.Registrar, error) {
-	if len(cfg.Routes) == 0 {
+// workflows and activities (worker.Config.Effects). Without routes (router
+// nil) both are nil. cfg and router are what Config.WithDefaults filled
+// and parsed.
+func workerEffects(cfg EffectsConfig, router *effects.Router, pool *pgxpool.Pool, m *metrics.Metrics) (func(string, string) []workflows.EffectStart, []worker.Registrar, error) {
+	if router == nil {
 		return nil, nil, nil
-	}
-	router, err := cfg.router()
-	if err != nil {
-		return nil, nil, err
 	}
 	regs := []worker.Registrar{effects.Workflows{}}
 	if cfg.PaymentsURL != "" {

@@ -15,7 +15,7 @@ import (
 func TestWorkerEffects(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
-	routes, regs, err := workerEffects(EffectsConfig{}, db.Pool, nil)
+	routes, regs, err := workerEffects(EffectsConfig{}, nil, db.Pool, nil)
 	require.NoError(t, err)
 	require.Nil(t, routes)
 	require.Nil(t, regs)
@@ -25,7 +25,7 @@ func TestWorkerEffects(t *testing.T) {
 		PaymentsURL: "http://127.0.0.1:1", SMTPAddress: "127.0.0.1:2",
 	}}.WithDefaults()
 	require.NoError(t, err)
-	routes, regs, err = workerEffects(cfg.Effects, db.Pool, nil)
+	routes, regs, err = workerEffects(cfg.Effects, cfg.filled.effects, db.Pool, nil)
 	require.NoError(t, err)
 	require.Len(t, regs, 3, "the effect workflows, the payment and the e-mail activities")
 	got := routes("order", "created")

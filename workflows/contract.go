@@ -31,6 +31,11 @@ const (
 	ReleaseAggregateActivity = "ferry.ReleaseAggregate"
 )
 
+// DefaultTaskQueue is the task queue of the aggregate workflows when none
+// is set: pollers start them there (poller.Config.TaskQueue) and workers
+// poll it (worker.Config.TaskQueue).
+const DefaultTaskQueue = "ferry"
+
 // Defaults of the aggregate workflow's settings (Settings; and of
 // AggregateInput's fields of the same names for runs before Revision2).
 const (

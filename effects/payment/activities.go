@@ -40,9 +40,12 @@ type Activities struct {
 	cfg ActivitiesConfig
 }
 
+// DefaultAmountField is ActivitiesConfig.AmountField's default.
+const DefaultAmountField = "amount"
+
 // NewActivities validates cfg.
 func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
-	cfg.AmountField = cmp.Or(cfg.AmountField, "amount")
+	cfg.AmountField = cmp.Or(cfg.AmountField, DefaultAmountField)
 	cfg.CurrencyField = cmp.Or(cfg.CurrencyField, "currency")
 	cfg.DefaultCurrency = cmp.Or(cfg.DefaultCurrency, "eur")
 	switch {

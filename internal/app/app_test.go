@@ -15,7 +15,6 @@ import (
 
 	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/settings"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -83,9 +82,9 @@ func TestOptionsGraph(t *testing.T) {
 func TestConfigWithDefaults(t *testing.T) {
 	t.Parallel()
 	cfg := defaults(t)
-	require.Equal(t, settings.DefaultPostgresURL, cfg.Postgres.URL)
-	require.Equal(t, settings.DefaultAMQPURL, cfg.AMQPURL)
-	require.Equal(t, settings.DefaultTemporalAddress, cfg.Temporal.Address)
+	require.Equal(t, ferry.DefaultPostgresURL, cfg.Postgres.URL)
+	require.Equal(t, ferry.DefaultAMQPURL, cfg.AMQPURL)
+	require.Equal(t, ferry.DefaultTemporalAddress, cfg.Temporal.Address)
 	require.Equal(t, "default", cfg.Temporal.Namespace)
 	require.Equal(t, "default", cfg.Namespace, "the relay's namespace is the client's")
 	require.Equal(t, 10*time.Second, cfg.Postgres.ConnectTimeout)

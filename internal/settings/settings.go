@@ -5,12 +5,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
+	"github.com/ferry-outbox/ferry/effects/payment"
+	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/walrelay"
+	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
+	"go.temporal.io/sdk/client"
 )
 
 // Owner is the component that reads a setting: the one place it takes
@@ -83,34 +88,13 @@ type Setting struct {
 	Sep        string
 }
 
-// Defaults that are no other package's constant.
+// Defaults of the ferry binary's own settings; every other default is the
+// constant of the package that owns the setting (package ferry's, or a
+// component's: poller.DefaultBatchSize, …), which the table names.
 const (
-	DefaultPostgresURL     = "postgres://postgres@127.0.0.1:5432/postgres"
-	DefaultAMQPURL         = "amqp://guest:guest@127.0.0.1:5672/"
-	DefaultTemporalAddress = "127.0.0.1:7233"
-	DefaultNamespace       = "default"
-	DefaultTaskQueue       = "ferry"
-	DefaultExchange        = "ferry.events"
-	DefaultConnectTimeout  = 10 * time.Second
-	DefaultBatchSize       = 200
-	DefaultLease           = 30 * time.Second
-	DefaultPollInterval    = time.Second
-	// DefaultStartMode is poller.StartOneShot.
-	DefaultStartMode = "one-shot"
-	// DefaultSource is ferry.SourcePoll.
-	DefaultSource = "poll"
-	// DefaultLane is poller.LaneWorkflow.
-	DefaultLane                  = "workflow"
-	DefaultWALCatchUpInterval    = 30 * time.Second
-	DefaultWorkflowTaskPollers   = 8
-	DefaultPaymentsTimeout       = 10 * time.Second
-	DefaultPaymentAmountField    = "amount"
-	DefaultSMTPFrom              = "ferry@localhost"
-	DefaultOTelExporter          = "none"
-	DefaultOTelServiceName       = "ferry"
-	DefaultLogLevel              = "info"
-	DefaultPaymentEscalateAfter  = effects.DefaultEscalateAfter
-	DefaultPaymentAttemptTimeout = effects.DefaultAttemptTimeout
+	DefaultOTelExporter    = "none"
+	DefaultOTelServiceName = "ferry"
+	DefaultLogLevel        = "info"
 )
 
 // Applies-when texts shared by several settings.
@@ -126,16 +110,16 @@ const (
 var All = []Setting{
 	// PostgreSQL.
 	{Name: "postgres-url", Env: "FERRY_POSTGRES_URL", Fields: []string{"PostgresConfig.URL"}, Owner: OwnerPostgres,
-		Default: DefaultPostgresURL, Usage: "PostgreSQL URL", Secret: true,
+		Default: ferry.DefaultPostgresURL, Usage: "PostgreSQL URL", Secret: true,
 		Note: "libpq syntax; TLS in the URL (`sslmode=verify-full`, `sslrootcert=`); the password is never printed"},
-	{Fields: []string{"PostgresConfig.ConnectTimeout"}, Owner: OwnerPostgres, Default: DefaultConnectTimeout,
+	{Fields: []string{"PostgresConfig.ConnectTimeout"}, Owner: OwnerPostgres, Default: ferry.DefaultConnectTimeout,
 		Usage: "bound of opening the pool and its first ping"},
 
 	// Temporal.
 	{Name: "temporal-address", Env: "FERRY_TEMPORAL_ADDRESS", Fields: []string{"TemporalConfig.Address"}, Owner: OwnerTemporal,
-		Default: DefaultTemporalAddress, Usage: "Temporal frontend host:port"},
+		Default: ferry.DefaultTemporalAddress, Usage: "Temporal frontend host:port"},
 	{Name: "namespace", Env: "FERRY_TEMPORAL_NAMESPACE", Fields: []string{"TemporalConfig.Namespace", "Config.Namespace"}, Owner: OwnerTemporal,
-		Default: DefaultNamespace, Usage: "Temporal namespace",
+		Default: client.DefaultNamespace, Usage: "Temporal namespace",
 		Note: "the namespace the client dials; `Config.Namespace` tells the worker where to check Ferry's search attributes (the ferry command sets both)"},
 	{Name: "temporal-tls", Env: "FERRY_TEMPORAL_TLS", Fields: []string{"TemporalConfig.TLS"}, Owner: OwnerTemporal, Default: false,
 		Usage: "dial Temporal over TLS, verified against the system's roots; implied by the other --temporal-tls-* flags and --temporal-api-key"},
@@ -157,27 +141,27 @@ var All = []Setting{
 		DefaultText: "none (payloads in clear)", Secret: true, Repeatable: true, Sep: ",",
 		Usage: "encrypt what Ferry writes into Temporal with AES-256-GCM: ID:BASE64 or BASE64 of 32 bytes (openssl rand -base64 32); the first encrypts, all decrypt; repeatable or comma-separated",
 		Note:  "see [Privacy](operating.md#privacy)"},
-	{Fields: []string{"TemporalConfig.ConnectTimeout"}, Owner: OwnerTemporal, Default: DefaultConnectTimeout,
+	{Fields: []string{"TemporalConfig.ConnectTimeout"}, Owner: OwnerTemporal, Default: ferry.DefaultConnectTimeout,
 		Usage: "bound of dialling Temporal and its first answer"},
 
 	// Both roles.
-	{Name: "task-queue", Env: "FERRY_TASK_QUEUE", Fields: []string{"Config.TaskQueue"}, Owner: OwnerRelay, Default: DefaultTaskQueue,
+	{Name: "task-queue", Env: "FERRY_TASK_QUEUE", Fields: []string{"Config.TaskQueue"}, Owner: OwnerRelay, Default: workflows.DefaultTaskQueue,
 		Usage: "Temporal task queue of the aggregate workflows", Note: "1-200 letters, digits, `_`, `.`, `:` or `-`; the same on pollers and workers"},
 
 	// Poller.
-	{Name: "batch-size", Env: "FERRY_BATCH_SIZE", Fields: []string{"Config.BatchSize"}, Owner: OwnerPoller, Default: DefaultBatchSize,
+	{Name: "batch-size", Env: "FERRY_BATCH_SIZE", Fields: []string{"Config.BatchSize"}, Owner: OwnerPoller, Default: poller.DefaultBatchSize,
 		Usage: "oldest rows per claim; a claim adds up to 4x as many later rows of the same aggregates", Note: "1–10,000", Applies: appliesPoller},
-	{Name: "lease", Env: "FERRY_LEASE", Fields: []string{"Config.Lease"}, Owner: OwnerPoller, Default: DefaultLease,
+	{Name: "lease", Env: "FERRY_LEASE", Fields: []string{"Config.Lease"}, Owner: OwnerPoller, Default: poller.DefaultLease,
 		Usage: "lease of claimed rows", Note: "must exceed the signal timeout (5s) + the mark timeout (5s)", Applies: appliesPoller},
-	{Name: "poll-interval", Env: "FERRY_POLL_INTERVAL", Fields: []string{"Config.PollInterval"}, Owner: OwnerPoller, Default: DefaultPollInterval,
+	{Name: "poll-interval", Env: "FERRY_POLL_INTERVAL", Fields: []string{"Config.PollInterval"}, Owner: OwnerPoller, Default: poller.DefaultPollInterval,
 		Usage: "fallback poll interval when no NOTIFY arrives", Note: "at least 10ms", Applies: appliesPoller},
-	{Name: "start-mode", Env: "FERRY_START_MODE", Fields: []string{"Config.StartMode"}, Owner: OwnerPoller, Default: DefaultStartMode,
+	{Name: "start-mode", Env: "FERRY_START_MODE", Fields: []string{"Config.StartMode"}, Owner: OwnerPoller, Default: poller.DefaultStartMode,
 		Usage:   "aggregates not dispatched within --idle-timeout: one-shot (a run with the events in its input, done once they are published) or keep-alive (a run that idles --idle-timeout)",
 		Applies: appliesPoller},
-	{Name: "lane", Env: "FERRY_LANE", Fields: []string{"Config.Lane"}, Owner: OwnerPoller, Default: DefaultLane,
+	{Name: "lane", Env: "FERRY_LANE", Fields: []string{"Config.Lane"}, Owner: OwnerPoller, Default: poller.DefaultLane,
 		Usage: "how events are delivered: workflow (every event through its aggregate's workflow) or publish-first (the poller publishes to RabbitMQ itself and hands an aggregate to its workflow only when a publish fails, an event needs the workflow or an operator repairs it)",
 		Note:  "every poller of one outbox runs the same lane (a poller of the other lane is refused at start); see [Lanes](lanes.md#lanes)", Applies: appliesPoller},
-	{Name: "source", Env: "FERRY_SOURCE", Fields: []string{"Config.Source"}, Owner: OwnerPoller, Default: DefaultSource,
+	{Name: "source", Env: "FERRY_SOURCE", Fields: []string{"Config.Source"}, Owner: OwnerPoller, Default: ferry.SourcePoll,
 		Usage: "where the poller finds committed events: poll (claim pending rows) or wal (tail the write-ahead log through a logical replication slot; needs wal_level=logical and REPLICATION)",
 		Note:  "see [Polling or log tailing](log-tailing.md#polling-or-log-tailing)", Applies: appliesPoller},
 	{Name: "wal-slot", Env: "FERRY_WAL_SLOT", Fields: []string{"Config.WALSlot"}, Owner: OwnerPoller, Default: walrelay.DefaultSlot,
@@ -185,15 +169,15 @@ var All = []Setting{
 	{Name: "wal-publication", Env: "FERRY_WAL_PUBLICATION", Fields: []string{"Config.WALPublication"}, Owner: OwnerPoller, Default: walrelay.DefaultPublication,
 		Usage: "publication of --source wal", Note: "`^[a-z_][a-z0-9_]{0,62}$`", Applies: appliesPoller},
 	{Name: "wal-catch-up-interval", Env: "FERRY_WAL_CATCH_UP_INTERVAL", Fields: []string{"Config.WALCatchUpInterval"}, Owner: OwnerPoller,
-		Default: DefaultWALCatchUpInterval, Usage: "--source wal: how often a claim pass delivers rows the stream cannot",
+		Default: walrelay.DefaultCatchUpInterval, Usage: "--source wal: how often a claim pass delivers rows the stream cannot",
 		Note: "at least 1s; the pass also runs at start and after the slot was recreated", Applies: appliesPoller},
 
 	// Both roles: the broker. Workers publish with it, and so do the
 	// pollers of the publish-first lane.
-	{Name: "amqp-url", Env: "FERRY_AMQP_URL", Fields: []string{"Config.AMQPURL"}, Owner: OwnerRelay, Default: DefaultAMQPURL,
+	{Name: "amqp-url", Env: "FERRY_AMQP_URL", Fields: []string{"Config.AMQPURL"}, Owner: OwnerRelay, Default: ferry.DefaultAMQPURL,
 		Usage: "RabbitMQ URL", Secret: true, Applies: appliesStart,
 		Note: "`amqp://` or `amqps://` (TLS in the URL: `cacertfile=`, `certfile=`, `keyfile=`); the password is never printed; pollers read it with `--lane publish-first`"},
-	{Name: "exchange", Env: "FERRY_EXCHANGE", Fields: []string{"Config.Exchange"}, Owner: OwnerRelay, Default: DefaultExchange,
+	{Name: "exchange", Env: "FERRY_EXCHANGE", Fields: []string{"Config.Exchange"}, Owner: OwnerRelay, Default: broker.DefaultExchange,
 		Usage: "RabbitMQ topic exchange", Note: "1-255 letters, digits, `_`, `.`, `:` or `-`; the same on workers and pollers", Applies: appliesStart},
 	{Name: "routing-key", Env: "FERRY_ROUTING_KEY", Fields: []string{"Config.RoutingKey"}, Owner: OwnerRelay, Default: rabbitmq.DefaultRoutingKeyTemplate,
 		Usage: "routing key template: {aggregate_type}, {event_type} and plain text", Note: "the same on workers and pollers", Applies: appliesStart},
@@ -201,10 +185,10 @@ var All = []Setting{
 		Default: broker.DefaultMaxMessageBytes, DefaultText: "16 MiB",
 		Usage: "largest payload in bytes published; a larger event is quarantined unsent; keep it at or below RabbitMQ's max_message_size",
 		Note:  "at most 512 MiB; see [Messages on RabbitMQ](consuming.md#messages-on-rabbitmq)", Applies: appliesStart},
-	{Fields: []string{"Config.ConnectTimeout"}, Owner: OwnerRelay, Default: DefaultConnectTimeout,
+	{Fields: []string{"Config.ConnectTimeout"}, Owner: OwnerRelay, Default: ferry.DefaultConnectTimeout,
 		Usage: "bound of New's Start connecting to RabbitMQ"},
 	{Name: "workflow-task-pollers", Env: "FERRY_WORKFLOW_TASK_POLLERS", Fields: []string{"Config.WorkflowTaskPollers"}, Owner: OwnerWorker,
-		Default: DefaultWorkflowTaskPollers, Usage: "worker's concurrent polls for workflow tasks", Note: "at least 2", Applies: appliesWorker},
+		Default: worker.DefaultWorkflowTaskPollers, Usage: "worker's concurrent polls for workflow tasks", Note: "at least 2", Applies: appliesWorker},
 
 	// Worker: what the workflows it hosts read.
 	{Name: "publish-batch-size", Env: "FERRY_PUBLISH_BATCH_SIZE", Fields: []string{"Config.PublishBatchSize"}, Owner: OwnerWorker,
@@ -251,17 +235,17 @@ var All = []Setting{
 	{Name: "payments-api-key", Env: "FERRY_PAYMENTS_API_KEY", Fields: []string{"EffectsConfig.PaymentsAPIKey"}, Owner: OwnerWorker, Default: "",
 		DefaultText: "none", Secret: true, Usage: "payment provider API key, sent as a bearer token; prefer the environment or the config file", Applies: appliesWorker},
 	{Name: "payments-timeout", Env: "FERRY_PAYMENTS_TIMEOUT", Fields: []string{"EffectsConfig.PaymentsTimeout"}, Owner: OwnerWorker,
-		Default: DefaultPaymentsTimeout, Usage: "timeout of one request to the payment provider", Note: "shorter than --payment-attempt-timeout", Applies: appliesWorker},
+		Default: payment.DefaultTimeout, Usage: "timeout of one request to the payment provider", Note: "shorter than --payment-attempt-timeout", Applies: appliesWorker},
 	{Name: "payment-amount-field", Env: "FERRY_PAYMENT_AMOUNT_FIELD", Fields: []string{"EffectsConfig.PaymentAmountField"}, Owner: OwnerWorker,
-		Default: DefaultPaymentAmountField, Usage: "payload field with the amount in minor units", Applies: appliesWorker},
+		Default: payment.DefaultAmountField, Usage: "payload field with the amount in minor units", Applies: appliesWorker},
 	{Name: "payment-escalate-after", Env: "FERRY_PAYMENT_ESCALATE_AFTER", Fields: []string{"EffectsConfig.PaymentEscalateAfter"}, Owner: OwnerWorker,
-		Default: DefaultPaymentEscalateAfter, Usage: "a payment whose outcome stays unknown this long blocks for an operator",
+		Default: effects.DefaultEscalateAfter, Usage: "a payment whose outcome stays unknown this long blocks for an operator",
 		Note: "less than half the provider's 24h key retention", Applies: appliesWorker},
 	{Name: "payment-attempt-timeout", Env: "FERRY_PAYMENT_ATTEMPT_TIMEOUT", Fields: []string{"EffectsConfig.PaymentAttemptTimeout"}, Owner: OwnerWorker,
-		Default: DefaultPaymentAttemptTimeout, Usage: "bound of one payment send attempt; after a worker died the next attempt starts after it", Applies: appliesWorker},
+		Default: effects.DefaultAttemptTimeout, Usage: "bound of one payment send attempt; after a worker died the next attempt starts after it", Applies: appliesWorker},
 	{Name: "smtp-address", Env: "FERRY_SMTP_ADDRESS", Fields: []string{"EffectsConfig.SMTPAddress"}, Owner: OwnerWorker, Default: "", DefaultText: "none",
 		Usage: "SMTP server host:port for e-mail effects", Note: "required when a route sends e-mail", Applies: appliesWorker},
-	{Name: "smtp-from", Env: "FERRY_SMTP_FROM", Fields: []string{"EffectsConfig.SMTPFrom"}, Owner: OwnerWorker, Default: DefaultSMTPFrom,
+	{Name: "smtp-from", Env: "FERRY_SMTP_FROM", Fields: []string{"EffectsConfig.SMTPFrom"}, Owner: OwnerWorker, Default: ferry.DefaultSMTPFrom,
 		Usage: "sender address of e-mail effects", Applies: appliesWorker},
 	{Name: "email-ambiguous", Env: "FERRY_EMAIL_AMBIGUOUS", Fields: []string{"EffectsConfig.EmailAmbiguous"}, Owner: OwnerWorker, Default: email.PolicyResend,
 		Usage: "after a drop following the final '.': resend (same Message-ID) or park for an operator", Applies: appliesWorker},

@@ -18,8 +18,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/settings"
 	"github.com/ferry-outbox/ferry/redact"
@@ -308,10 +310,10 @@ func uiLink(cfg app.Config, wfID, runID string) string {
 // address and namespace when they are not the CLI's defaults.
 func describeCommand(cfg app.Config, wfID string) string {
 	cmd := "temporal workflow describe --workflow-id " + shellQuote(wfID)
-	if cfg.Temporal.Address != settings.DefaultTemporalAddress {
+	if cfg.Temporal.Address != ferry.DefaultTemporalAddress {
 		cmd += " --address " + shellQuote(cfg.Temporal.Address)
 	}
-	if cfg.Namespace != settings.DefaultNamespace {
+	if cfg.Namespace != client.DefaultNamespace {
 		cmd += " --namespace " + shellQuote(cfg.Namespace)
 	}
 	return cmd
