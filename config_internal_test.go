@@ -8,7 +8,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 )
@@ -49,7 +48,11 @@ func TestWithDefaultsRunsOncePerProcess(t *testing.T) {
 		require.NotSame(t, cfg.filled, refilled.filled)
 	}), "a copy changed since is filled anew")
 
-	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	// A client that dials only when used (nothing here uses it). Package
+	// ferrytest's would import this package: not from its own test.
+	lazy, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	require.NoError(t, err)
+	t.Cleanup(lazy.Close)
 	deps := fx.Provide(
 		func() *pgxpool.Pool { return &pgxpool.Pool{} },
 		func() client.Client { return lazy },

@@ -25,11 +25,10 @@ var amqpOwners = []string{
 	// package consumer, and the example consumer.
 	"consumer",
 	"examples/inventory",
-	// The tests' broker set-up (the test kit's exchange and queue per
-	// test), and the bench's plain relay and consumer, which measure Ferry
-	// and are not part of it.
+	// The tests' broker set-up (the test kit's exchange and queue per test,
+	// and its private RabbitMQ nodes: ferrytest/servers), and the bench's
+	// plain relay and consumer, which measure Ferry and are not part of it.
 	"ferrytest",
-	"internal/testenv",
 	"dev/bench",
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -32,8 +32,8 @@ func TestMain(m *testing.M) {
 // bundle is one test's world: its own schema, its own exchange and queue, and
 // the activities wired to both.
 type bundle struct {
-	db   *testenv.DB
-	mq   *testenv.Broker
+	db   *ferrytest.DB
+	mq   *ferrytest.Broker
 	acts *activities.Activities
 	// settings the publish activities answer runs with; zero: defaults.
 	settings workflows.Settings
@@ -51,7 +51,7 @@ func setup(t *testing.T, cfg activities.Config, pub *broker.Publisher) *bundle {
 // Publisher is one on the test's exchange.
 func setupTarget(t *testing.T, cfg activities.Config, target rabbitmq.Config) *bundle {
 	t.Helper()
-	b := &bundle{db: testenv.Postgres(t), mq: testenv.RabbitMQ(t)}
+	b := &bundle{db: ferrytest.NewDB(t, ""), mq: ferrytest.NewBroker(t, "")}
 	if target.Publisher == nil {
 		target.Publisher = newPublisher(t, broker.Config{URL: b.mq.URL, Exchange: b.mq.Exchange})
 	}
@@ -373,9 +373,9 @@ func TestPublishEventMismatchIsPermanent(t *testing.T) {
 func TestPublishEventUnroutableIsRetryable(t *testing.T) {
 	t.Parallel()
 	// A fresh exchange, declared by the publisher, with no queue bound.
-	exchange := testenv.Name("ferry.test.unbound")
+	exchange := ferrytest.Name("ferry.test.unbound")
 	t.Cleanup(func() { deleteExchange(t, exchange) })
-	pub := newPublisher(t, broker.Config{URL: testenv.AMQPURL(), Exchange: exchange})
+	pub := newPublisher(t, broker.Config{URL: ferrytest.AMQPURL(), Exchange: exchange})
 	b := setup(t, activities.Config{}, pub)
 	ev := insert(t, b.db.Pool, "order", "o-1", row{EventType: "placed"})
 
@@ -397,7 +397,7 @@ func TestPublishEventUnroutableIsRetryable(t *testing.T) {
 
 func TestPublishEventBrokerDownIsRetryable(t *testing.T) {
 	t.Parallel()
-	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + testenv.ClosedAddr(t) + "/", DialTimeout: time.Second})
+	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + ferrytest.ClosedAddr(t) + "/", DialTimeout: time.Second})
 	b := setup(t, activities.Config{}, pub)
 	ev := insert(t, b.db.Pool, "order", "o-1", row{})
 
@@ -535,7 +535,7 @@ func TestRegisterUsesWireNames(t *testing.T) {
 
 func deleteExchange(t *testing.T, name string) {
 	t.Helper()
-	conn, err := amqp.Dial(testenv.AMQPURL())
+	conn, err := amqp.Dial(ferrytest.AMQPURL())
 	if err != nil {
 		t.Errorf("delete exchange %s: %v", name, err)
 		return

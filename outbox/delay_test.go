@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/relaydb"
 )
@@ -19,7 +19,7 @@ import (
 // reads as a very negative number).
 type timing struct{ claimable, after int }
 
-func timingOf(t *testing.T, db *testenv.DB, id uuid.UUID) timing {
+func timingOf(t *testing.T, db *ferrytest.DB, id uuid.UUID) timing {
 	t.Helper()
 	var tm timing
 	require.NoError(t, db.Pool.QueryRow(t.Context(), `

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/relaydb"
 )
 
@@ -70,7 +70,7 @@ const sqlScaleFullRead = `SELECT aggregate_type, status, count(*) FROM outbox_ev
 // table, so they run once, and their log lines give the first, median,
 // last and slowest batch.
 func BenchmarkTwoMillionRows(b *testing.B) {
-	db := testenv.Postgres(b)
+	db := ferrytest.NewDB(b, "")
 	ctx := context.Background()
 	start := time.Now()
 	for _, step := range []struct {

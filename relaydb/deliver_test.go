@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/relaydb"
 )
 
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // classify them: these are the contracts the activities rely on.
 func TestDeliveryFunctionsKeepTheirContracts(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	insert := func(aggID string) string {
 		var id string
@@ -84,7 +84,7 @@ func TestDeliveryFunctionsKeepTheirContracts(t *testing.T) {
 // aggregates.
 func TestRedispatchKeepsToTheCutOff(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	insert := func(aggID, status string, ago time.Duration) string {
 		var id string
@@ -136,7 +136,7 @@ func TestRedispatchKeepsToTheCutOff(t *testing.T) {
 	require.True(t, before.IsZero(), "nothing stuck: no cut-off")
 }
 
-func countRows(t *testing.T, db *testenv.DB, query string) int {
+func countRows(t *testing.T, db *ferrytest.DB, query string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, db.Pool.QueryRow(context.Background(), query).Scan(&n))
@@ -157,7 +157,7 @@ func TestAdviceQuotesLiterals(t *testing.T) {
 // object reads as no headers. Nothing blocks the aggregate.
 func TestLoadForPublishReadsHeadersWrittenAroundTheCheck(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := t.Context()
 	_, err := db.Pool.Exec(ctx, `ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_headers_valid`)
 	require.NoError(t, err)

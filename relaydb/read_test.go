@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/relaydb"
 )
 
@@ -18,7 +18,7 @@ import (
 // scan anyway, and this fails.
 func TestUndeliveredReadsOnlyThroughPartialIndexes(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status)
 		SELECT (ARRAY['order', 'invoice'])[g % 2 + 1], g::text, 'x', '{}', (ARRAY['pending', 'dispatched', 'quarantined', 'published', 'skipped'])[g % 5 + 1]
@@ -67,7 +67,7 @@ func TestUndeliveredReadsOnlyThroughPartialIndexes(t *testing.T) {
 // ErrEventNotFound for ids without a row or ids that are not UUIDs.
 func TestReadsByIDAndStatus(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	var ids []string
 	rows, err := db.Pool.Query(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, last_error, last_error_class)

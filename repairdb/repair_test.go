@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/repairdb"
 )
 
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 // on.
 func TestRepairFunctionsKeepTheirContracts(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	var e1 string
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status)
@@ -63,7 +63,7 @@ func TestRepairFunctionsKeepTheirContracts(t *testing.T) {
 // cursor back.
 func TestSkipMovesTheCursor(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	insert := func(status string) string {
 		var id string

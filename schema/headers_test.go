@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/schema"
@@ -23,7 +23,7 @@ import (
 // can break, and one of each other rule.)
 func TestInsertRefusesInvalidHeaders(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	insert := func(headers string) error {
 		_, err := db.Pool.Exec(ctx,

@@ -9,6 +9,7 @@ import (
 
 	ferryoutbox "github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/relaytest"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestFerrytestRelayOnTemporal(t *testing.T) {
 	t.Parallel()
 	db, br := ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, "")
-	ferrytest.StartRelay(t, ferrytest.RelayConfig{DB: db, Broker: br, Temporal: tclient, Config: ferryoutbox.Config{Namespace: namespace}})
+	relaytest.Start(t, relaytest.Config{DB: db, Broker: br, Temporal: tclient, Config: ferryoutbox.Config{Namespace: namespace}})
 
 	ctx := t.Context()
 	w, err := outbox.NewWriter(outbox.Config{})

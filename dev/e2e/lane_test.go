@@ -15,7 +15,8 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/relaydb"
@@ -193,7 +194,7 @@ func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
 			// A full queue that rejects new messages: the broker nacks.
 			e.br.Unbind(t, "#")
 			e.br.Bind(t, e.aggType+".changed")
-			full := testenv.Name("full")
+			full := ferrytest.Name("full")
 			ch := e.br.Channel(t)
 			_, err := ch.QueueDeclare(full, false, true, false, false, amqp.Table{"x-max-length": 0, "x-overflow": "reject-publish"})
 			require.NoError(t, err)
@@ -212,8 +213,8 @@ func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
 			t.Parallel()
 			var e *env
 			if tt.class == "MessageRefused" {
-				node := testenv.StartRabbitNode(t, "max_message_size = 1024")
-				e = setupOn(t, testenv.Postgres(t), testenv.RabbitMQAt(t, node.URL))
+				node := servers.StartRabbitNode(t, "max_message_size = 1024")
+				e = setupOn(t, ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, node.URL))
 			} else {
 				e = setup(t)
 			}

@@ -28,7 +28,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
@@ -55,7 +55,7 @@ func TestCodecEncryptsHistoryAndOutputIsRedacted(t *testing.T) {
 	require.NoError(t, err)
 	cdc, err := codec.New([]codec.Key{key})
 	require.NoError(t, err)
-	opts := client.Options{Namespace: namespace, Logger: testenv.QuietLogger()}
+	opts := client.Options{Namespace: namespace, Logger: ferrytest.QuietLogger()}
 	codec.ClientOptions(cdc, &opts)
 	cc, err := client.NewClientFromExisting(tclient, opts)
 	require.NoError(t, err)

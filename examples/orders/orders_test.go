@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/examples/orders"
 	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/relaytest"
 )
 
 func TestMain(m *testing.M) {
@@ -126,7 +127,7 @@ func TestRelayPublishesTheOrder(t *testing.T) {
 	db, br := ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, "")
 	ctx := context.Background()
 	require.NoError(t, orders.Migrate(ctx, db.Pool))
-	ferrytest.StartRelay(t, ferrytest.RelayConfig{DB: db, Broker: br, Temporal: ferrytest.UnreachableTemporal(t),
+	relaytest.Start(t, relaytest.Config{DB: db, Broker: br, Temporal: ferrytest.UnreachableTemporal(t),
 		Config: ferry.Config{Lane: ferry.LanePublishFirst}, Roles: ferry.Roles{Poller: true}})
 	svc, err := orders.NewService(db.Pool)
 	require.NoError(t, err)
