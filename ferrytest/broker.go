@@ -18,7 +18,7 @@ func AMQPURL() string {
 }
 
 // Broker is one test's RabbitMQ exchange with a queue bound to every
-// routing key of it: point a relay at URL and Exchange (StartRelay does)
+// routing key of it: point a relay at URL and Exchange (relaytest.Start does)
 // and read what it published off Queue.
 type Broker struct {
 	URL      string

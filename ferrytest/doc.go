@@ -2,10 +2,11 @@
 // against real services: a PostgreSQL schema per test with Ferry's tables
 // (NewDB), a RabbitMQ exchange and queue per test (NewBroker), assertions
 // on the outbox events a transaction wrote (RequireWritten,
-// RequireManyWritten), Ferry's relay run in the test's process against
-// the test's PostgreSQL, RabbitMQ and a Temporal server the test provides
-// (StartRelay), and a wait until given events are published
-// (WaitPublished).
+// RequireManyWritten), and a wait until given events are published
+// (WaitPublished). Package relaytest runs Ferry's relay in the test's
+// process against the test's PostgreSQL, RabbitMQ and a Temporal server
+// the test provides; package servers runs what fault tests break (private
+// PostgreSQL and RabbitMQ instances, proxies, certificates).
 //
 // A test asserts what its handler's transaction wrote, before or after
 // the commit:
@@ -21,7 +22,7 @@
 // and runs the relay to see the event published:
 //
 //	br := ferrytest.NewBroker(t, "")
-//	ferrytest.StartRelay(t, ferrytest.RelayConfig{DB: db, Broker: br, Temporal: temporalClient})
+//	relaytest.Start(t, relaytest.Config{DB: db, Broker: br, Temporal: temporalClient})
 //	ferrytest.WaitPublished(t, db.Pool, 30*time.Second, written.ID)
 //
 // The Temporal server is the test's: Temporal's development server, one
@@ -29,6 +30,9 @@
 // (Config.Lane poller.LanePublishFirst, Roles{Poller: true}), which
 // publishes without a workflow unless a publish fails: UnreachableTemporal
 // is a client for that case, which fails every call.
+//
+// Besides, it reads Ferry's metrics off a prometheus.Gatherer (Sample,
+// Series, HasMetric) and captures concurrent output (Buffer).
 //
 // A helper that needs a service fails the test, never skips it, when the
 // service does not answer; the message says which address it tried. An

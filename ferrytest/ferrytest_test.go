@@ -2,7 +2,6 @@ package ferrytest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -150,31 +148,6 @@ func TestRequireWrittenSaysWhatDiffered(t *testing.T) {
 		msg := fails(t, func(t testingT) { requireManyWritten(ctx, t, db.Pool, tt.want) })
 		require.Contains(t, msg, tt.msg, tt.name)
 	}
-}
-
-// The relay runs in the test's process: in the publish-first lane it
-// publishes without Temporal, and WaitPublished sees the broker's confirm.
-func TestStartRelayPublishes(t *testing.T) {
-	t.Parallel()
-	db, br := NewDB(t, ""), NewBroker(t, "")
-	StartRelay(t, RelayConfig{DB: db, Broker: br, Temporal: UnreachableTemporal(t),
-		Config: ferry.Config{Lane: ferry.LanePublishFirst}, Roles: ferry.Roles{Poller: true}})
-
-	ctx := t.Context()
-	tx := begin(t, db)
-	w, err := writer(t).Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "o-1", EventType: "created", Payload: []byte(`{"n": 1}`)})
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
-
-	got := WaitPublished(t, db.Pool, 30*time.Second, w.ID)
-	require.Equal(t, "published", got[0].Status)
-	d, ok := br.Get(t, 10*time.Second)
-	require.True(t, ok, "the message is on the test's queue")
-	require.Equal(t, w.ID.String(), d.MessageId)
-	require.Equal(t, "order.created", d.RoutingKey)
-	var body map[string]int
-	require.NoError(t, json.Unmarshal(d.Body, &body))
-	require.Equal(t, map[string]int{"n": 1}, body)
 }
 
 // An event that is not published is named with its status; an id without

@@ -38,7 +38,7 @@ func LazyTemporal(tb testing.TB, addr string) client.Client {
 
 // UnreachableTemporal is a Temporal client every call of which fails: a
 // lazy client of a local port where nothing listens. It is for a relay in
-// the publish-first lane (RelayConfig.Config.Lane
+// the publish-first lane (relaytest.Config.Config.Lane
 // poller.LanePublishFirst, Roles{Poller: true}) in a test that expects no
 // event to need its workflow: the lane publishes to RabbitMQ itself and
 // calls Temporal only to hand an aggregate over, so a handoff shows as an

@@ -263,7 +263,7 @@ func requireManyWritten(ctx context.Context, t testingT, db Queryer, want []Expe
 // (the broker confirmed them), polling db until timeout, and returns them
 // in ids' order. On timeout the test stops with a message giving each
 // unpublished event's status and last error. The relay is the caller's:
-// StartRelay's, or one in another process.
+// relaytest.Start's, or one in another process.
 func WaitPublished(tb testing.TB, db Queryer, timeout time.Duration, ids ...uuid.UUID) []Event {
 	tb.Helper()
 	return waitPublished(tb, db, timeout, ids)

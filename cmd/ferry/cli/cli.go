@@ -16,7 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/schema"
 	"github.com/ferry-outbox/ferry/workflows"

@@ -22,8 +22,8 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry"
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/settings"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/internal/settings"
 	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/repairdb"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
 	"github.com/ferry-outbox/ferry/redact"
 	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/repairdb"

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/status"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/status"
 )
 
 // pingCmd checks, with the process's own configuration and credentials,

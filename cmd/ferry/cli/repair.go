@@ -22,8 +22,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/activities"
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/status"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/status"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/worker"
