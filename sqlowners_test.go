@@ -23,8 +23,8 @@ var sqlOwners = map[string][]string{
 	// reads and marks, repairdb the repairs' changes; poller claims them
 	// (its lease protocol); schema defines them; walrelay publishes the
 	// table to its replication slot.
-	"outbox_events":     {"outbox", "relaydb", "repairdb", "poller", "schema", "walrelay", "internal/bench", "dev/bench", "internal/testenv", "ferrytest"},
-	"outbox_aggregates": {"relaydb", "repairdb", "poller", "schema", "internal/bench", "dev/bench", "internal/testenv"},
+	"outbox_events":     {"outbox", "relaydb", "repairdb", "poller", "schema", "walrelay", "internal/bench", "dev/bench", "ferrytest"},
+	"outbox_aggregates": {"relaydb", "repairdb", "poller", "schema", "internal/bench", "dev/bench"},
 	// The publish-first lane's ownership: poller takes and gives it in its
 	// claims and marks, relaydb holds the workflow side's fenced writes,
 	// releases and take-backs (migration 0010). The relays' registry is the
@@ -49,7 +49,6 @@ var sqlOwners = map[string][]string{
 //   - internal/bench (dev/bench): the bench's baseline relay without
 //     Temporal and its resets between runs (TRUNCATE, trigger off), which
 //     measure Ferry and are not part of it;
-//   - internal/testenv: test databases' setup and reset;
 //   - ferrytest: the test kit reads the rows a test's transaction wrote,
 //     and waits for their publish.
 
