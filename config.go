@@ -4,19 +4,23 @@ import (
 	"cmp"
 	"fmt"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
-	"github.com/ferry-outbox/ferry/internal/settings"
+	"github.com/ferry-outbox/ferry/effects/payment"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/walrelay"
+	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
+	"go.temporal.io/sdk/client"
 )
 
 // Config is the relay's settings: what New, Poller and Worker read. The
@@ -136,6 +140,60 @@ type Config struct {
 	// RoutingKey, MaxMessageBytes and ConnectTimeout are then unused.
 	// Needs Destinations. Default false.
 	NoBroker bool
+
+	// filled is what WithDefaults made of this Config (filledConfig).
+	filled *filledConfig
+}
+
+// Defaults of Config and the connections' configs that are no component's
+// own: a local development setup.
+const (
+	DefaultAMQPURL         = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultPostgresURL     = "postgres://postgres@127.0.0.1:5432/postgres"
+	DefaultTemporalAddress = "127.0.0.1:7233"
+	// DefaultConnectTimeout bounds connecting to each dependency.
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultSMTPFrom       = "ferry@localhost"
+)
+
+// filledConfig is what WithDefaults checked and parsed (the routing key
+// template, the workflow destinations, the effect routes), carried with
+// the Config it returned and that Config's copies: New and the modules
+// build from it without parsing again, and do not fill a filled Config a
+// second time. of is that Config as returned, so that a copy changed since
+// is filled anew.
+type filledConfig struct {
+	of           Config
+	routingKey   func(aggregateType, eventType string) string
+	destinations *destination.Router
+	// effects is nil without effect routes.
+	effects *effects.Router
+}
+
+// fills counts the Configs WithDefaults filled (a test holds the modules to
+// one per process).
+var fills atomic.Int64
+
+// isFilled says whether c is a Config WithDefaults returned, unchanged.
+func (c Config) isFilled() bool {
+	if c.filled == nil {
+		return false
+	}
+	bare := c
+	bare.filled = nil
+	return reflect.DeepEqual(bare, c.filled.of)
+}
+
+// parsed is what WithDefaults parsed of c, filling c first when it is not
+// a filled Config (New and the modules hand the wiring filled ones).
+func (c Config) parsed() (*filledConfig, error) {
+	if !c.isFilled() {
+		var err error
+		if c, err = c.WithDefaults(); err != nil {
+			return nil, err
+		}
+	}
+	return c.filled, nil
 }
 
 // EffectsConfig is Config.Effects: effect routes and the built-in payment
@@ -208,121 +266,143 @@ func fieldErr(field, format string, args ...any) error {
 }
 
 // WithDefaults returns c with its zero fields filled and checks every
-// value, by value: it reads no file and dials nothing. New and the modules
-// call it; a service calls it to see the effective settings. Errors are
-// *FieldError.
+// value, by value: it reads no file and dials nothing. The defaults and
+// limits are the components' (poller.DefaultBatchSize,
+// poller.MaxBatchSize, …). New and the modules call it; a service calls it
+// to see the effective settings. A Config it returned comes back as it is,
+// unless a field was changed since, so a service that fills its Config
+// once and supplies it has it filled once. Errors are *FieldError.
 func (c Config) WithDefaults() (Config, error) {
-	c.TaskQueue = cmp.Or(c.TaskQueue, settings.DefaultTaskQueue)
-	c.Namespace = cmp.Or(c.Namespace, settings.DefaultNamespace)
-	c.BatchSize = cmp.Or(c.BatchSize, settings.DefaultBatchSize)
-	c.Lease = cmp.Or(c.Lease, settings.DefaultLease)
-	c.PollInterval = cmp.Or(c.PollInterval, settings.DefaultPollInterval)
-	c.StartMode = cmp.Or(c.StartMode, settings.DefaultStartMode)
-	c.Source = cmp.Or(c.Source, settings.DefaultSource)
-	c.Lane = cmp.Or(c.Lane, settings.DefaultLane)
+	if c.isFilled() {
+		return c, nil
+	}
+	c.filled = nil
+	fills.Add(1)
+	c.TaskQueue = cmp.Or(c.TaskQueue, workflows.DefaultTaskQueue)
+	c.Namespace = cmp.Or(c.Namespace, client.DefaultNamespace)
+	c.BatchSize = cmp.Or(c.BatchSize, poller.DefaultBatchSize)
+	c.Lease = cmp.Or(c.Lease, poller.DefaultLease)
+	c.PollInterval = cmp.Or(c.PollInterval, poller.DefaultPollInterval)
+	c.StartMode = cmp.Or(c.StartMode, poller.DefaultStartMode)
+	c.Source = cmp.Or(c.Source, SourcePoll)
+	c.Lane = cmp.Or(c.Lane, poller.DefaultLane)
 	c.WALSlot = cmp.Or(c.WALSlot, walrelay.DefaultSlot)
 	c.WALPublication = cmp.Or(c.WALPublication, walrelay.DefaultPublication)
-	c.WALCatchUpInterval = cmp.Or(c.WALCatchUpInterval, settings.DefaultWALCatchUpInterval)
-	c.AMQPURL = cmp.Or(c.AMQPURL, settings.DefaultAMQPURL)
-	c.Exchange = cmp.Or(c.Exchange, settings.DefaultExchange)
-	c.RoutingKey = cmp.Or(c.RoutingKey, delivery.DefaultRoutingKeyTemplate)
+	c.WALCatchUpInterval = cmp.Or(c.WALCatchUpInterval, walrelay.DefaultCatchUpInterval)
+	c.AMQPURL = cmp.Or(c.AMQPURL, DefaultAMQPURL)
+	c.Exchange = cmp.Or(c.Exchange, broker.DefaultExchange)
+	c.RoutingKey = cmp.Or(c.RoutingKey, rabbitmq.DefaultRoutingKeyTemplate)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, broker.DefaultMaxMessageBytes)
-	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, settings.DefaultConnectTimeout)
-	c.WorkflowTaskPollers = cmp.Or(c.WorkflowTaskPollers, settings.DefaultWorkflowTaskPollers)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
+	c.WorkflowTaskPollers = cmp.Or(c.WorkflowTaskPollers, worker.DefaultWorkflowTaskPollers)
 	c.PublishBatchSize = cmp.Or(c.PublishBatchSize, workflows.DefaultPublishBatchSize)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, workflows.DefaultIdleTimeout)
 	c.MaxBlockedRefs = cmp.Or(c.MaxBlockedRefs, workflows.DefaultMaxBlockedRefs)
 	c.RowRetention = cmp.Or(c.RowRetention, workflows.DefaultRowRetention)
 	c.DriftSample = cmp.Or(c.DriftSample, workflows.DefaultDriftSample)
+	var effectRoutes *effects.Router
 	var err error
-	if c.Effects, err = c.Effects.withDefaults(); err != nil {
+	if c.Effects, effectRoutes, err = c.Effects.withDefaults(); err != nil {
 		return c, err
 	}
-	return c, c.validate()
+	f, err := c.validate()
+	if err != nil {
+		return c, err
+	}
+	f.effects = effectRoutes
+	f.of = c
+	c.filled = f
+	return c, nil
 }
 
 var (
 	taskQueueName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
 	// exchangeName is broker.New's rule, checked here by value so that a
 	// bad value names Config.Exchange before anything is built.
-	exchangeName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
+	exchangeName = regexp.MustCompile(broker.ExchangePattern)
 	// walName is walrelay's rule for slot and publication names.
 	walName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 )
 
-// maxMessageBytes is RabbitMQ's hard limit on max_message_size.
-const maxMessageBytes = 512 << 20
-
-// signalAndMark is the poller's signal timeout plus its mark timeout, which
-// the lease must exceed (poller.Config.Lease).
-const signalAndMark = 10 * time.Second
-
-func (c Config) validate() error {
+// validate checks the filled values and returns what it parsed.
+func (c Config) validate() (*filledConfig, error) {
 	switch {
 	case !taskQueueName.MatchString(c.TaskQueue):
-		return fieldErr("Config.TaskQueue", "%q: use 1-200 letters, digits, '_', '.', ':' or '-'", c.TaskQueue)
-	case c.BatchSize < 1 || c.BatchSize > 10000:
-		return fieldErr("Config.BatchSize", "must be 1 to 10000, got %d", c.BatchSize)
-	case c.Lease <= signalAndMark:
-		return fieldErr("Config.Lease", "must exceed the signal timeout 5s + the mark timeout 5s, got %s", c.Lease)
-	case c.PollInterval < 10*time.Millisecond:
-		return fieldErr("Config.PollInterval", "must be at least 10ms, got %s", c.PollInterval)
+		return nil, fieldErr("Config.TaskQueue", "%q: use 1-200 letters, digits, '_', '.', ':' or '-'", c.TaskQueue)
+	case c.BatchSize < 1 || c.BatchSize > poller.MaxBatchSize:
+		return nil, fieldErr("Config.BatchSize", "must be 1 to %d, got %d", poller.MaxBatchSize, c.BatchSize)
+	case c.Lease <= poller.DefaultSignalTimeout+poller.DefaultMarkTimeout:
+		return nil, fieldErr("Config.Lease", "must exceed the signal timeout %s + the mark timeout %s, got %s",
+			poller.DefaultSignalTimeout, poller.DefaultMarkTimeout, c.Lease)
+	case c.PollInterval < poller.MinPollInterval:
+		return nil, fieldErr("Config.PollInterval", "must be at least %s, got %s", poller.MinPollInterval, c.PollInterval)
 	case c.StartMode != poller.StartOneShot && c.StartMode != poller.StartKeepAlive:
-		return fieldErr("Config.StartMode", "%q: use %s or %s", c.StartMode, poller.StartOneShot, poller.StartKeepAlive)
+		return nil, fieldErr("Config.StartMode", "%q: use %s or %s", c.StartMode, poller.StartOneShot, poller.StartKeepAlive)
 	case c.Lane != LaneWorkflow && c.Lane != LanePublishFirst:
-		return fieldErr("Config.Lane", "%q: use %s (every event through its aggregate's workflow) or %s (publish directly, the workflow only for aggregates that need it)", c.Lane, LaneWorkflow, LanePublishFirst)
+		return nil, fieldErr("Config.Lane", "%q: use %s (every event through its aggregate's workflow) or %s (publish directly, the workflow only for aggregates that need it)", c.Lane, LaneWorkflow, LanePublishFirst)
 	case c.Lane == LanePublishFirst && c.NoBroker:
-		return fieldErr("Config.Lane", "%s publishes to RabbitMQ, and Config.NoBroker says there is none: use the %s lane without a broker", LanePublishFirst, LaneWorkflow)
+		return nil, fieldErr("Config.Lane", "%s publishes to RabbitMQ, and Config.NoBroker says there is none: use the %s lane without a broker", LanePublishFirst, LaneWorkflow)
 	case c.Source != SourcePoll && c.Source != SourceWAL:
-		return fieldErr("Config.Source", "%q: use %s (claim pending rows) or %s (tail the write-ahead log)", c.Source, SourcePoll, SourceWAL)
+		return nil, fieldErr("Config.Source", "%q: use %s (claim pending rows) or %s (tail the write-ahead log)", c.Source, SourcePoll, SourceWAL)
 	case !walName.MatchString(c.WALSlot):
-		return fieldErr("Config.WALSlot", "%q: use 1-63 lower-case letters, digits or '_', not starting with a digit", c.WALSlot)
+		return nil, fieldErr("Config.WALSlot", "%q: use 1-63 lower-case letters, digits or '_', not starting with a digit", c.WALSlot)
 	case !walName.MatchString(c.WALPublication):
-		return fieldErr("Config.WALPublication", "%q: use 1-63 lower-case letters, digits or '_', not starting with a digit", c.WALPublication)
-	case c.WALCatchUpInterval < time.Second:
-		return fieldErr("Config.WALCatchUpInterval", "must be at least 1s, got %s", c.WALCatchUpInterval)
+		return nil, fieldErr("Config.WALPublication", "%q: use 1-63 lower-case letters, digits or '_', not starting with a digit", c.WALPublication)
+	case c.WALCatchUpInterval < walrelay.MinCatchUpInterval:
+		return nil, fieldErr("Config.WALCatchUpInterval", "must be at least %s, got %s", walrelay.MinCatchUpInterval, c.WALCatchUpInterval)
 	case !isAMQPURL(c.AMQPURL):
-		return fieldErr("Config.AMQPURL", "%s: must be amqp://… or amqps://…", redactURL(c.AMQPURL))
+		return nil, fieldErr("Config.AMQPURL", "%s: must be amqp://… or amqps://…", redactURL(c.AMQPURL))
 	case !exchangeName.MatchString(c.Exchange):
-		return fieldErr("Config.Exchange", "%q: use 1-255 letters, digits, '_', '.', ':' or '-'", c.Exchange)
-	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > maxMessageBytes:
-		return fieldErr("Config.MaxMessageBytes", "must be 1 to %d (RabbitMQ's hard limit on max_message_size), got %d", maxMessageBytes, c.MaxMessageBytes)
+		return nil, fieldErr("Config.Exchange", "%q: use 1-255 letters, digits, '_', '.', ':' or '-'", c.Exchange)
+	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > broker.MaxMessageBytesLimit:
+		return nil, fieldErr("Config.MaxMessageBytes", "must be 1 to %d (RabbitMQ's hard limit on max_message_size), got %d", broker.MaxMessageBytesLimit, c.MaxMessageBytes)
 	case c.ConnectTimeout < 0:
-		return fieldErr("Config.ConnectTimeout", "must be positive, got %s", c.ConnectTimeout)
-	case c.WorkflowTaskPollers < 2:
-		return fieldErr("Config.WorkflowTaskPollers", "must be at least 2, got %d", c.WorkflowTaskPollers)
-	case c.PublishBatchSize < -1 || c.PublishBatchSize > 1000:
-		return fieldErr("Config.PublishBatchSize", "must be 1 to 1000, or -1 for one activity per event, got %d", c.PublishBatchSize)
+		return nil, fieldErr("Config.ConnectTimeout", "must be positive, got %s", c.ConnectTimeout)
+	case c.WorkflowTaskPollers < worker.MinWorkflowTaskPollers:
+		return nil, fieldErr("Config.WorkflowTaskPollers", "must be at least %d, got %d", worker.MinWorkflowTaskPollers, c.WorkflowTaskPollers)
+	case c.PublishBatchSize < -1 || c.PublishBatchSize > workflows.MaxPublishBatchSize:
+		return nil, fieldErr("Config.PublishBatchSize", "must be 1 to %d, or -1 for one activity per event, got %d", workflows.MaxPublishBatchSize, c.PublishBatchSize)
 	case c.IdleTimeout < 0:
-		return fieldErr("Config.IdleTimeout", "must be positive, got %s", c.IdleTimeout)
+		return nil, fieldErr("Config.IdleTimeout", "must be positive, got %s", c.IdleTimeout)
 	case c.MaxBlockedRefs < -1:
-		return fieldErr("Config.MaxBlockedRefs", "must be at least 1, or -1 for no bound, got %d", c.MaxBlockedRefs)
+		return nil, fieldErr("Config.MaxBlockedRefs", "must be at least 1, or -1 for no bound, got %d", c.MaxBlockedRefs)
 	case c.RowRetention < time.Hour:
-		return fieldErr("Config.RowRetention", "must be at least 1h (delivered rows are kept that long), got %s", c.RowRetention)
+		return nil, fieldErr("Config.RowRetention", "must be at least 1h (delivered rows are kept that long), got %s", c.RowRetention)
 	case c.PayloadRetention < 0:
-		return fieldErr("Config.PayloadRetention", "must be positive, or 0 to keep payloads, got %s", c.PayloadRetention)
+		return nil, fieldErr("Config.PayloadRetention", "must be positive, or 0 to keep payloads, got %s", c.PayloadRetention)
 	case c.DriftSample < -1 || c.DriftSample > workflows.MaxDriftSample:
-		return fieldErr("Config.DriftSample", "must be 1 to %d aggregates, or -1 for no drift check, got %d", workflows.MaxDriftSample, c.DriftSample)
+		return nil, fieldErr("Config.DriftSample", "must be 1 to %d aggregates, or -1 for no drift check, got %d", workflows.MaxDriftSample, c.DriftSample)
 	}
-	if _, err := delivery.RoutingKeyTemplate(c.RoutingKey); err != nil {
-		return fieldErr("Config.RoutingKey", "%q: %v", c.RoutingKey, err)
+	key, err := rabbitmq.RoutingKeyTemplate(c.RoutingKey)
+	if err != nil {
+		return nil, fieldErr("Config.RoutingKey", "%q: %v", c.RoutingKey, err)
 	}
 	router, err := c.destinations()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if c.NoBroker && router.Len() == 0 {
-		return fieldErr("Config.NoBroker", "needs Config.Destinations: without a broker and without a workflow destination every event would be quarantined")
+		return nil, fieldErr("Config.NoBroker", "needs Config.Destinations: without a broker and without a workflow destination every event would be quarantined")
 	}
 	for typ, p := range c.Policies {
 		if p.MaxAttempts < 0 || p.MaxAttempts > 1000 {
-			return fieldErr("Config.Policies", "%q: MaxAttempts must be 1 to 1000, got %d", typ, p.MaxAttempts)
+			return nil, fieldErr("Config.Policies", "%q: MaxAttempts must be 1 to 1000, got %d", typ, p.MaxAttempts)
 		}
 		if p.OnPoison != "" && p.OnPoison != workflows.OnPoisonBlock && p.OnPoison != workflows.OnPoisonSkip {
-			return fieldErr("Config.Policies", "%q: OnPoison %q: use %s or %s", typ, p.OnPoison, workflows.OnPoisonBlock, workflows.OnPoisonSkip)
+			return nil, fieldErr("Config.Policies", "%q: OnPoison %q: use %s or %s", typ, p.OnPoison, workflows.OnPoisonBlock, workflows.OnPoisonSkip)
 		}
 	}
-	return nil
+	return &filledConfig{routingKey: key, destinations: router}, nil
+}
+
+// DestinationRouter is Config.Destinations as WithDefaults parsed them;
+// it fills c first when c is not a Config WithDefaults returned.
+func (c Config) DestinationRouter() (*destination.Router, error) {
+	f, err := c.parsed()
+	if err != nil {
+		return nil, err
+	}
+	return f.destinations, nil
 }
 
 // destinations parses and checks Config.Destinations.
@@ -342,40 +422,45 @@ func isAMQPURL(raw string) bool {
 	return err == nil && (u.Scheme == "amqp" || u.Scheme == "amqps")
 }
 
-func (e EffectsConfig) withDefaults() (EffectsConfig, error) {
-	e.PaymentsTimeout = cmp.Or(e.PaymentsTimeout, settings.DefaultPaymentsTimeout)
-	e.PaymentAmountField = cmp.Or(e.PaymentAmountField, settings.DefaultPaymentAmountField)
-	e.PaymentEscalateAfter = cmp.Or(e.PaymentEscalateAfter, settings.DefaultPaymentEscalateAfter)
-	e.PaymentAttemptTimeout = cmp.Or(e.PaymentAttemptTimeout, settings.DefaultPaymentAttemptTimeout)
-	e.SMTPFrom = cmp.Or(e.SMTPFrom, settings.DefaultSMTPFrom)
+// withDefaults fills and checks e, and returns its routes parsed (nil
+// without any).
+func (e EffectsConfig) withDefaults() (EffectsConfig, *effects.Router, error) {
+	e.PaymentsTimeout = cmp.Or(e.PaymentsTimeout, payment.DefaultTimeout)
+	e.PaymentAmountField = cmp.Or(e.PaymentAmountField, payment.DefaultAmountField)
+	e.PaymentEscalateAfter = cmp.Or(e.PaymentEscalateAfter, effects.DefaultEscalateAfter)
+	e.PaymentAttemptTimeout = cmp.Or(e.PaymentAttemptTimeout, effects.DefaultAttemptTimeout)
+	e.SMTPFrom = cmp.Or(e.SMTPFrom, DefaultSMTPFrom)
 	e.EmailAmbiguous = cmp.Or(e.EmailAmbiguous, email.PolicyResend)
 	switch {
 	case e.PaymentAttemptTimeout < 0:
-		return e, fieldErr("EffectsConfig.PaymentAttemptTimeout", "must be positive, got %s", e.PaymentAttemptTimeout)
+		return e, nil, fieldErr("EffectsConfig.PaymentAttemptTimeout", "must be positive, got %s", e.PaymentAttemptTimeout)
 	case e.PaymentEscalateAfter < 0:
-		return e, fieldErr("EffectsConfig.PaymentEscalateAfter", "must be positive, got %s", e.PaymentEscalateAfter)
+		return e, nil, fieldErr("EffectsConfig.PaymentEscalateAfter", "must be positive, got %s", e.PaymentEscalateAfter)
 	}
 	pp := effects.PaymentParams{EscalateAfter: e.PaymentEscalateAfter, AttemptTimeout: e.PaymentAttemptTimeout}
 	if _, err := pp.WithDefaults(); err != nil {
-		return e, fieldErr("EffectsConfig.PaymentEscalateAfter", "%s: must be less than half the provider's key retention (%s)",
+		return e, nil, fieldErr("EffectsConfig.PaymentEscalateAfter", "%s: must be less than half the provider's key retention (%s)",
 			e.PaymentEscalateAfter, effects.DefaultKeyRetention)
 	}
 	router, err := e.router()
 	if err != nil {
-		return e, fieldErr("EffectsConfig.Routes", "%v", err)
+		return e, nil, fieldErr("EffectsConfig.Routes", "%v", err)
 	}
 	kinds := router.Kinds()
 	switch {
 	case (slices.Contains(kinds, effects.KindCharge) || slices.Contains(kinds, effects.KindRefund)) && e.PaymentsURL == "":
-		return e, fieldErr("EffectsConfig.PaymentsURL", "is required: a route charges or refunds")
+		return e, nil, fieldErr("EffectsConfig.PaymentsURL", "is required: a route charges or refunds")
 	case slices.Contains(kinds, effects.KindEmail) && e.SMTPAddress == "":
-		return e, fieldErr("EffectsConfig.SMTPAddress", "is required: a route sends e-mail")
+		return e, nil, fieldErr("EffectsConfig.SMTPAddress", "is required: a route sends e-mail")
 	case e.PaymentsTimeout >= e.PaymentAttemptTimeout:
-		return e, fieldErr("EffectsConfig.PaymentsTimeout", "%s must be shorter than EffectsConfig.PaymentAttemptTimeout %s", e.PaymentsTimeout, e.PaymentAttemptTimeout)
+		return e, nil, fieldErr("EffectsConfig.PaymentsTimeout", "%s must be shorter than EffectsConfig.PaymentAttemptTimeout %s", e.PaymentsTimeout, e.PaymentAttemptTimeout)
 	case e.EmailAmbiguous != email.PolicyResend && e.EmailAmbiguous != email.PolicyPark:
-		return e, fieldErr("EffectsConfig.EmailAmbiguous", "%q: use %s or %s", e.EmailAmbiguous, email.PolicyResend, email.PolicyPark)
+		return e, nil, fieldErr("EffectsConfig.EmailAmbiguous", "%q: use %s or %s", e.EmailAmbiguous, email.PolicyResend, email.PolicyPark)
 	}
-	return e, nil
+	if len(e.Routes) == 0 {
+		router = nil
+	}
+	return e, router, nil
 }
 
 func (e EffectsConfig) router() (*effects.Router, error) {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/codec"
-	"github.com/ferry-outbox/ferry/internal/settings"
 )
 
 // PostgresConfig is the Postgres module's connection settings, for a
@@ -38,8 +37,8 @@ type PostgresConfig struct {
 // WithDefaults fills the zero fields; there is nothing to check by value
 // (the URL is parsed when the pool opens: parsing reads the files it names).
 func (c PostgresConfig) WithDefaults() (PostgresConfig, error) {
-	c.URL = cmp.Or(c.URL, settings.DefaultPostgresURL)
-	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, settings.DefaultConnectTimeout)
+	c.URL = cmp.Or(c.URL, DefaultPostgresURL)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
 	if c.ConnectTimeout < 0 {
 		return c, fieldErr("PostgresConfig.ConnectTimeout", "must be positive, got %s", c.ConnectTimeout)
 	}
@@ -111,9 +110,9 @@ type TemporalConfig struct {
 // WithDefaults fills the zero fields and checks the values, by value (the
 // TLS files are read when the client is dialled). Errors are *FieldError.
 func (c TemporalConfig) WithDefaults() (TemporalConfig, error) {
-	c.Address = cmp.Or(c.Address, settings.DefaultTemporalAddress)
-	c.Namespace = cmp.Or(c.Namespace, settings.DefaultNamespace)
-	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, settings.DefaultConnectTimeout)
+	c.Address = cmp.Or(c.Address, DefaultTemporalAddress)
+	c.Namespace = cmp.Or(c.Namespace, client.DefaultNamespace)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return c, fieldErr("TemporalConfig.TLSCert", "and TemporalConfig.TLSKey: set both for mTLS, or neither")
@@ -281,6 +280,7 @@ func (c TemporalConfig) String() string {
 // Redacted returns a copy that is safe to print: the AMQP password and the
 // payment provider's API key are replaced by xxxxx.
 func (c Config) Redacted() Config {
+	c.filled = nil // nothing to print, and a copy with a secret
 	c.AMQPURL = redactURL(c.AMQPURL)
 	if c.Effects.PaymentsAPIKey != "" {
 		c.Effects.PaymentsAPIKey = hidden

@@ -10,12 +10,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 )
 
 func TestTemporalConnection(t *testing.T) {
 	t.Parallel()
-	pki := testenv.NewPKI(t)
+	pki := servers.NewPKI(t)
 	notPEM := filepath.Join(t.TempDir(), "not.pem")
 	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
 

@@ -5,7 +5,8 @@
 // The pieces live in their own packages: outbox (the producer API used in a
 // service's transaction), schema (migrations), poller (PostgreSQL →
 // Temporal), workflows and activities (Temporal → RabbitMQ), worker (hosts
-// them), broker (RabbitMQ publishing).
+// them), broker (RabbitMQ publishing), relaydb and repairdb (the relay's
+// and the repairs' SQL on the outbox tables).
 //
 // This package is the way to embed the relay in a service of your own: the
 // fx modules Poller, Worker, Metrics, Postgres and Temporal (module.go), and

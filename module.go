@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/codec"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
@@ -39,7 +40,9 @@ import (
 //
 // Each module fills the Config's defaults and checks it (Config.WithDefaults,
 // by value: nothing is read or dialled), so a service supplies only what
-// it changes, and a bad value fails fx.New naming the field.
+// it changes, and a bad value fails fx.New naming the field. A Config that
+// is filled already (by ferry.Module around them, or by the service:
+// fx.Supply(cfg) of a cfg WithDefaults returned) is not filled again.
 var (
 	// Poller relays committed outbox rows to one Temporal workflow per
 	// aggregate: by claiming pending rows, or with Config.Source "wal" by
@@ -54,7 +57,7 @@ var (
 	// RabbitMQ publisher of its own (Config.AMQPURL, Config.Exchange).
 	Worker = fx.Module("ferry.worker",
 		fx.Decorate(withDefaults),
-		fx.Provide(fx.Private, newModulePublisher),
+		fx.Provide(fx.Private, newModuleBroker),
 		fx.Provide(fx.Private, newWorkerConfig),
 		worker.Module,
 	)
@@ -77,9 +80,16 @@ var (
 )
 
 // Module is everything for a service that brings only settings: Postgres,
-// Temporal, Metrics, Poller and Worker.
-var Module = fx.Options(Postgres, Temporal, Metrics, Poller, Worker)
+// Temporal, Metrics, Poller and Worker, over one Config filled once (the
+// modules inside take it as filled).
+var Module = fx.Module("ferry", fx.Decorate(withDefaults), Postgres, Temporal, relayModules)
 
+// relayModules are Module's modules that take the Config.
+var relayModules = fx.Options(Metrics, Poller, Worker)
+
+// withDefaults fills the Config in the graph: once, since WithDefaults
+// hands a Config it filled back as it is (a module inside ferry.Module,
+// and every module given a Config the service filled, finds it filled).
 func withDefaults(c Config) (Config, error) { return c.WithDefaults() }
 
 // shared are the dependencies every module's constructor takes (a named
@@ -186,14 +196,14 @@ type pollerDeps struct {
 
 func newPollerConfig(d pollerDeps) (poller.Config, error) {
 	tp, log := tracerProvider(d.Shared.Tracer), logger(d.Shared.Logger)
-	pub, target, err := laneTarget(d.Config, tp, log)
+	lane, err := laneTarget(d.Config, tp, log)
 	if err != nil {
 		return poller.Config{}, err
 	}
-	if pub != nil {
-		d.Shared.Lifecycle.Append(fx.StopHook(pub.Close))
+	if lane != nil {
+		d.Shared.Lifecycle.Append(fx.StopHook(lane.Close))
 	}
-	pc, err := pollerConfig(d.Config, d.Pool, d.Temporal, target, log)
+	pc, err := pollerConfig(d.Config, d.Pool, d.Temporal, asTarget(lane), log)
 	if err != nil {
 		return poller.Config{}, err
 	}
@@ -230,41 +240,39 @@ func runRelay(d relayDeps) error {
 	return nil
 }
 
-type publisherDeps struct {
+type brokerDeps struct {
 	fx.In
 
-	Lifecycle fx.Lifecycle
-	Config    Config
+	Shared shared
+	Config Config
 }
 
-// newModulePublisher creates the worker's publisher and checks that the
-// broker answers; fx closes it on stop.
-func newModulePublisher(d publisherDeps) (*broker.Publisher, error) {
-	if d.Config.NoBroker {
-		return nil, nil
+// newModuleBroker creates the worker's RabbitMQ target and checks that the
+// broker answers; fx closes it on stop. Without a broker (Config.NoBroker)
+// there is none: nil.
+func newModuleBroker(d brokerDeps) (*rabbitmq.Target, error) {
+	t, err := newBrokerTarget(d.Config, tracerProvider(d.Shared.Tracer), logger(d.Shared.Logger))
+	if err != nil || t == nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Config.ConnectTimeout)
 	defer cancel()
-	pub, err := newPublisher(d.Config)
-	if err != nil {
-		return nil, err
-	}
-	if err := pub.Connect(ctx); err != nil {
-		_ = pub.Close()
+	if err := t.Connect(ctx); err != nil {
+		_ = t.Close()
 		return nil, fmt.Errorf("cannot reach RabbitMQ at %s: %s\n  Is it running? Set Config.AMQPURL to point elsewhere", broker.Redact(d.Config.AMQPURL), shortErr(err))
 	}
-	d.Lifecycle.Append(fx.StopHook(pub.Close))
-	return pub, nil
+	d.Shared.Lifecycle.Append(fx.StopHook(t.Close))
+	return t, nil
 }
 
 type workerDeps struct {
 	fx.In
 
-	Shared    shared
-	Config    Config
-	Pool      *pgxpool.Pool
-	Temporal  client.Client
-	Publisher *broker.Publisher
+	Shared   shared
+	Config   Config
+	Pool     *pgxpool.Pool
+	Temporal client.Client
+	Broker   *rabbitmq.Target
 	// Upcast lifts payloads for workflow destinations (Deps.Upcast).
 	Upcast *upcast.Registry `optional:"true"`
 	// Converter encodes workflow destinations' envelopes
@@ -275,7 +283,7 @@ type workerDeps struct {
 }
 
 func newWorkerConfig(d workerDeps) (worker.Config, error) {
-	return workerConfig(d.Config, workerParts{pool: d.Pool, temporal: d.Temporal, pub: d.Publisher, up: d.Upcast,
+	return workerConfig(d.Config, workerParts{pool: d.Pool, temporal: d.Temporal, broker: d.Broker, up: d.Upcast,
 		dc: d.Converter.DataConverter, m: d.Metrics, mm: d.Maint, tp: tracerProvider(d.Shared.Tracer)})
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
 )
@@ -73,7 +73,7 @@ func TestModulesGraph(t *testing.T) {
 // before anything starts: a bad value fails fx.New with the field's name.
 func TestModulesValidateConfig(t *testing.T) {
 	t.Parallel()
-	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	lazy := ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t))
 	deps := fx.Provide(
 		func() *pgxpool.Pool { return &pgxpool.Pool{} },
 		func() client.Client { return lazy },

@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -58,10 +58,12 @@ type Relay struct {
 	// dispatches through it.
 	wal    *walrelay.Relay
 	worker *worker.Worker
-	pub    *broker.Publisher
-	// lanePub is the publish-first lane's publisher (the poller's own), or
-	// nil.
-	lanePub *broker.Publisher
+	// broker is the worker's RabbitMQ target; nil without a worker or
+	// without a broker (Config.NoBroker).
+	broker *rabbitmq.Target
+	// lane is the publish-first lane's RabbitMQ target (the poller's own),
+	// or nil.
+	lane *rabbitmq.Target
 	// unregister takes Ferry's collectors off Deps.Metrics.
 	unregister func()
 
@@ -105,10 +107,10 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 	}()
 	if roles.Worker {
 		// Not dialled yet: Start connects it, and a publish redials.
-		if r.pub, err = newPublisher(cfg); err != nil {
+		if r.broker, err = newBrokerTarget(cfg, nil, logger); err != nil {
 			return nil, err
 		}
-		wcfg, err := workerConfig(cfg, workerParts{pool: deps.Pool, temporal: deps.Temporal, pub: r.pub,
+		wcfg, err := workerConfig(cfg, workerParts{pool: deps.Pool, temporal: deps.Temporal, broker: r.broker,
 			up: deps.Upcast, dc: deps.DataConverter, m: m, mm: mm})
 		if err != nil {
 			return nil, err
@@ -118,11 +120,10 @@ func New(cfg Config, deps Deps, roles Roles) (_ *Relay, err error) {
 		}
 	}
 	if roles.Poller {
-		var target delivery.Target
-		if r.lanePub, target, err = laneTarget(cfg, nil, logger); err != nil {
+		if r.lane, err = laneTarget(cfg, nil, logger); err != nil {
 			return nil, err
 		}
-		pc, err := pollerConfig(cfg, deps.Pool, deps.Temporal, target, logger)
+		pc, err := pollerConfig(cfg, deps.Pool, deps.Temporal, asTarget(r.lane), logger)
 		if err != nil {
 			return nil, err
 		}
@@ -151,10 +152,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.started = true
 	if r.worker != nil {
-		if r.pub != nil {
+		if r.broker != nil {
 			cctx, cancel := context.WithTimeout(ctx, r.cfg.ConnectTimeout)
 			defer cancel()
-			if err := r.pub.Connect(cctx); err != nil {
+			if err := r.broker.Connect(cctx); err != nil {
 				return fmt.Errorf("ferry: connect to RabbitMQ at %s: %w", broker.Redact(r.cfg.AMQPURL), err)
 			}
 		}
@@ -201,9 +202,9 @@ func (r *Relay) stopLocked() {
 	if r.worker != nil {
 		r.worker.Stop()
 	}
-	for _, pub := range []*broker.Publisher{r.lanePub, r.pub} {
-		if pub != nil {
-			_ = pub.Close()
+	for _, t := range []*rabbitmq.Target{r.lane, r.broker} {
+		if t != nil {
+			_ = t.Close()
 		}
 	}
 	r.unregister()

@@ -9,13 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
 func TestNewRejects(t *testing.T) {
 	t.Parallel()
-	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	lazy := ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t))
 	pool := &pgxpool.Pool{}
 	both := ferry.Roles{Poller: true, Worker: true}
 	tests := []struct {
@@ -48,10 +48,10 @@ func TestNewRejects(t *testing.T) {
 // before, after and twice.
 func TestRelayStartFailsCleanly(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	db := ferrytest.NewDB(t, "")
+	lazy := ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t))
 	r, err := ferry.New(ferry.Config{
-		AMQPURL:        "amqp://ferry:topsecret@" + testenv.ClosedAddr(t) + "/",
+		AMQPURL:        "amqp://ferry:topsecret@" + ferrytest.ClosedAddr(t) + "/",
 		ConnectTimeout: 2 * time.Second,
 	}, ferry.Deps{Pool: db.Pool, Temporal: lazy}, ferry.Roles{Poller: true, Worker: true})
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestRelayStartFailsCleanly(t *testing.T) {
 
 func TestRelayStopWithoutStart(t *testing.T) {
 	t.Parallel()
-	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	lazy := ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t))
 	r, err := ferry.New(ferry.Config{}, ferry.Deps{Pool: &pgxpool.Pool{}, Temporal: lazy}, ferry.Roles{Poller: true})
 	require.NoError(t, err)
 	r.Stop()
@@ -144,8 +144,8 @@ func TestConfigDefaults(t *testing.T) {
 // wal_level replica, so Start says so.
 func TestNewHonoursSourceWAL(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	lazy := testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	db := ferrytest.NewDB(t, "")
+	lazy := ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t))
 	r, err := ferry.New(ferry.Config{Source: ferry.SourceWAL}, ferry.Deps{Pool: db.Pool, Temporal: lazy}, ferry.Roles{Poller: true})
 	require.NoError(t, err)
 	err = r.Start(context.Background())

@@ -19,21 +19,22 @@ import (
 // everything else (the CLI, status, metrics, the effect activities) calls
 // that package's functions.
 var sqlOwners = map[string][]string{
-	// outbox writes and reads the rows; poller claims them (its lease
-	// protocol); schema defines them; walrelay publishes the table to its
-	// replication slot.
-	"outbox_events":     {"outbox", "poller", "schema", "walrelay", "internal/bench", "dev/bench", "internal/testenv"},
-	"outbox_aggregates": {"outbox", "poller", "schema", "internal/bench", "dev/bench", "internal/testenv"},
+	// outbox inserts the rows (the producer API); relaydb holds the relay's
+	// reads and marks, repairdb the repairs' changes; poller claims them
+	// (its lease protocol); schema defines them; walrelay publishes the
+	// table to its replication slot.
+	"outbox_events":     {"outbox", "relaydb", "repairdb", "poller", "schema", "walrelay", "internal/bench", "dev/bench", "ferrytest"},
+	"outbox_aggregates": {"relaydb", "repairdb", "poller", "schema", "internal/bench", "dev/bench"},
 	// The publish-first lane's ownership: poller takes and gives it in its
-	// claims and marks, outbox holds the workflow side's fenced writes,
+	// claims and marks, relaydb holds the workflow side's fenced writes,
 	// releases and take-backs (migration 0010). The relays' registry is the
-	// poller's; outbox reads the fleet's lane off it.
-	"outbox_owners": {"outbox", "poller", "schema"},
-	"ferry_relays":  {"outbox", "poller", "schema"},
-	// The repair audit: outbox writes it in the transaction of the change
-	// to outbox_events it records (outbox/repair.go says why it is not a
-	// package of its own).
-	"ferry_repairs": {"outbox", "schema"},
+	// poller's; relaydb reads the fleet's lane off it.
+	"outbox_owners": {"relaydb", "poller", "schema", "dev/bench"},
+	"ferry_relays":  {"relaydb", "poller", "schema", "dev/bench"},
+	// The repair audit: repairdb writes it in the transaction of the change
+	// to outbox_events it records (repairdb's doc says why the two are one
+	// package).
+	"ferry_repairs": {"repairdb", "schema"},
 	// effects/email owns its sent-ledger (migration 0003).
 	"ferry_email_ledger":     {"schema", "effects/email"},
 	"inbox_processed_events": {"inbox"},
@@ -48,7 +49,8 @@ var sqlOwners = map[string][]string{
 //   - internal/bench (dev/bench): the bench's baseline relay without
 //     Temporal and its resets between runs (TRUNCATE, trigger off), which
 //     measure Ferry and are not part of it;
-//   - internal/testenv: test databases' setup and reset.
+//   - ferrytest: the test kit reads the rows a test's transaction wrote,
+//     and waits for their publish.
 
 // sqlOnTable matches a table named where SQL names one: after a keyword
 // that takes a relation (upper case, as Ferry writes SQL, so prose that
@@ -102,7 +104,7 @@ func TestSQLOnFerryTablesOnlyInOwningPackages(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, seen, 100, "the walk must see the tree's Go files")
 	slices.Sort(found)
-	require.Empty(t, found, "SQL on a Ferry table outside the packages that own it: call the owner's functions (outbox, inbox, effects/email)")
+	require.Empty(t, found, "SQL on a Ferry table outside the packages that own it: call the owner's functions (outbox, relaydb, repairdb, inbox, effects/email)")
 }
 
 // The check must catch what it is for: a statement in the CLI.

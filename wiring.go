@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -11,6 +12,8 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/effects/payment"
@@ -23,24 +26,50 @@ import (
 )
 
 // The components' configs from a Config that WithDefaults filled and
-// checked: New and the modules build the same components from it.
+// checked: New and the modules build the same components from it, with the
+// routes and templates WithDefaults parsed (Config.parsed).
 
-// newPublisher is the worker's RabbitMQ publisher; it dials on Connect.
-// Without a broker (Config.NoBroker) it is nil.
-func newPublisher(cfg Config) (*broker.Publisher, error) {
+// newBrokerTarget is the RabbitMQ target (Ferry's message contract,
+// package delivery/rabbitmq) over a publisher of its own, which dials on
+// Connect or on the first publish. A configuration without a broker
+// (Config.NoBroker) has none: nil. tp and logger may be nil (the
+// target's defaults).
+func newBrokerTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*rabbitmq.Target, error) {
+	return newBrokerTargetWith(cfg, tp, logger, 0)
+}
+
+// newBrokerTargetWith is newBrokerTarget with the publisher's heartbeat
+// (0: broker's default).
+func newBrokerTargetWith(cfg Config, tp trace.TracerProvider, logger *slog.Logger, heartbeat time.Duration) (*rabbitmq.Target, error) {
 	if cfg.NoBroker {
 		return nil, nil
 	}
-	return broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
-		MaxMessageBytes: cfg.MaxMessageBytes})
+	f, err := cfg.parsed()
+	if err != nil {
+		return nil, err
+	}
+	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
+		MaxMessageBytes: cfg.MaxMessageBytes, Heartbeat: heartbeat})
+	if err != nil {
+		return nil, err
+	}
+	return rabbitmq.New(rabbitmq.Config{Publisher: pub, RoutingKey: f.routingKey, TracerProvider: tp, Logger: logger})
+}
+
+// asTarget is t as a delivery.Target: nil (no broker) when t is.
+func asTarget(t *rabbitmq.Target) delivery.Target {
+	if t == nil {
+		return nil
+	}
+	return t
 }
 
 // workerParts are what the worker is built over besides its Config.
 type workerParts struct {
 	pool     *pgxpool.Pool
 	temporal client.Client
-	// pub is nil without a broker (Config.NoBroker).
-	pub *broker.Publisher
+	// broker is nil without a broker (Config.NoBroker).
+	broker *rabbitmq.Target
 	// up and dc may be nil: no upcasting, Temporal's default converter.
 	up *upcast.Registry
 	dc converter.DataConverter
@@ -53,20 +82,16 @@ type workerParts struct {
 
 // workerConfig is the worker's configuration over p.
 func workerConfig(cfg Config, p workerParts) (worker.Config, error) {
-	key, err := delivery.RoutingKeyTemplate(cfg.RoutingKey)
+	f, err := cfg.parsed()
 	if err != nil {
 		return worker.Config{}, err
 	}
-	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, p.pool, p.m)
+	effectRoutes, effectRegistrars, err := workerEffects(cfg.Effects, f.effects, p.pool, p.m)
 	if err != nil {
 		return worker.Config{}, err
 	}
-	dests, err := cfg.destinations()
-	if err != nil {
-		return worker.Config{}, err
-	}
-	acts, err := activities.New(activities.Config{Pool: p.pool, Publisher: p.pub, NoBroker: cfg.NoBroker, Destinations: dests,
-		Namespace: cfg.Namespace, Upcast: p.up, DataConverter: p.dc, RoutingKey: key, Effects: effectRoutes, Metrics: p.m,
+	acts, err := activities.New(activities.Config{Pool: p.pool, Broker: asTarget(p.broker), Destinations: f.destinations,
+		Namespace: cfg.Namespace, Upcast: p.up, DataConverter: p.dc, Effects: effectRoutes, Metrics: p.m,
 		MaintenanceMetrics: p.mm, Temporal: p.temporal, TracerProvider: p.tp})
 	if err != nil {
 		return worker.Config{}, err
@@ -113,61 +138,38 @@ func pollerConfig(cfg Config, pool *pgxpool.Pool, c client.Client, target delive
 	if cfg.Lane != LanePublishFirst {
 		return pc, nil
 	}
-	needs, err := needsWorkflow(cfg)
+	f, err := cfg.parsed()
 	if err != nil {
 		return pc, err
 	}
-	pc.Target, pc.NeedsWorkflow = target, needs
+	pc.Target, pc.NeedsWorkflow = target, needsWorkflow(f.destinations, f.effects)
 	return pc, nil
 }
 
 // needsWorkflow says which event types the publish-first lane hands to
-// their aggregate's workflow: those with effects or workflow
-// destinations, which only the workflow starts or delivers.
-func needsWorkflow(cfg Config) (func(aggregateType, eventType string) bool, error) {
-	dests, err := cfg.destinations()
-	if err != nil {
-		return nil, err
-	}
-	var fx *effects.Router
-	if len(cfg.Effects.Routes) > 0 {
-		if fx, err = cfg.Effects.router(); err != nil {
-			return nil, err
-		}
-	}
+// their aggregate's workflow: those with effects (fx, nil: none) or
+// workflow destinations, which only the workflow starts or delivers.
+func needsWorkflow(dests *destination.Router, fx *effects.Router) func(aggregateType, eventType string) bool {
 	if dests.Len() == 0 && fx == nil {
-		return func(string, string) bool { return false }, nil
+		return func(string, string) bool { return false }
 	}
 	return func(aggregateType, eventType string) bool {
 		routes, _ := dests.For(aggregateType, eventType)
-		return len(routes) > 0 || len(fx.For(aggregateType, eventType)) > 0
-	}, nil
+		return len(routes) > 0 || fx != nil && len(fx.For(aggregateType, eventType)) > 0
+	}
 }
 
 // laneTarget is the publish-first lane's RabbitMQ target, over a
-// publisher of the poller's own (it dials on the first publish), or nils
-// in the workflow lane.
-func laneTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*broker.Publisher, delivery.Target, error) {
+// publisher of the poller's own (it dials on the first publish), or nil in
+// the workflow lane.
+func laneTarget(cfg Config, tp trace.TracerProvider, logger *slog.Logger) (*rabbitmq.Target, error) {
 	if cfg.Lane != LanePublishFirst {
-		return nil, nil, nil
+		return nil, nil
 	}
 	// A publisher of its own, with a heartbeat from the lease (the lane's
 	// publish budget counts on the broker dropping a silent connection in
 	// time: poller.LaneHeartbeat).
-	pub, err := broker.New(broker.Config{URL: cfg.AMQPURL, Exchange: cfg.Exchange, DialTimeout: cfg.ConnectTimeout,
-		MaxMessageBytes: cfg.MaxMessageBytes, Heartbeat: poller.LaneHeartbeat(cfg.Lease)})
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := delivery.RoutingKeyTemplate(cfg.RoutingKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	t, err := delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub, RoutingKey: key, TracerProvider: tp, Logger: logger})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pub, t, nil
+	return newBrokerTargetWith(cfg, tp, logger, poller.LaneHeartbeat(cfg.Lease))
 }
 
 // walConfig is the log-tailing relay's settings, without its dependencies.
@@ -177,15 +179,12 @@ func walConfig(cfg Config) walrelay.Config {
 
 // workerEffects builds what the worker needs for the configured effects:
 // the routes (activities.Config.Effects) and the registrars of the effect
-// workflows and activities (worker.Config.Effects). Without routes both
-// are nil. cfg was filled and checked by Config.WithDefaults.
-func workerEffects(cfg EffectsConfig, pool *pgxpool.Pool, m *metrics.Metrics) (func(string, string) []workflows.EffectStart, []worker.Registrar, error) {
-	if len(cfg.Routes) == 0 {
+// workflows and activities (worker.Config.Effects). Without routes (router
+// nil) both are nil. cfg and router are what Config.WithDefaults filled
+// and parsed.
+func workerEffects(cfg EffectsConfig, router *effects.Router, pool *pgxpool.Pool, m *metrics.Metrics) (func(string, string) []workflows.EffectStart, []worker.Registrar, error) {
+	if router == nil {
 		return nil, nil, nil
-	}
-	router, err := cfg.router()
-	if err != nil {
-		return nil, nil, err
 	}
 	regs := []worker.Registrar{effects.Workflows{}}
 	if cfg.PaymentsURL != "" {

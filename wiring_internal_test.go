@@ -5,17 +5,18 @@ import (
 	"encoding/base64"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/effects"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 )
 
 func TestWorkerEffects(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	routes, regs, err := workerEffects(EffectsConfig{}, db.Pool, nil)
+	// The activities hold the pool for later; nothing here connects.
+	pool := &pgxpool.Pool{}
+	routes, regs, err := workerEffects(EffectsConfig{}, nil, pool, nil)
 	require.NoError(t, err)
 	require.Nil(t, routes)
 	require.Nil(t, regs)
@@ -25,7 +26,7 @@ func TestWorkerEffects(t *testing.T) {
 		PaymentsURL: "http://127.0.0.1:1", SMTPAddress: "127.0.0.1:2",
 	}}.WithDefaults()
 	require.NoError(t, err)
-	routes, regs, err = workerEffects(cfg.Effects, db.Pool, nil)
+	routes, regs, err = workerEffects(cfg.Effects, cfg.filled.effects, pool, nil)
 	require.NoError(t, err)
 	require.Len(t, regs, 3, "the effect workflows, the payment and the e-mail activities")
 	got := routes("order", "created")

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -25,11 +25,10 @@ import (
 type Config struct {
 	// Pool reaches the outbox tables. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends to RabbitMQ. Required unless NoBroker.
-	Publisher *broker.Publisher
-	// NoBroker: a deployment without RabbitMQ; events go only to their
-	// workflow destinations (PublishConfig.NoBroker). Default false.
-	NoBroker bool
+	// Broker is where events go unless their destinations skip it, and
+	// where replays go (PublishConfig.Broker): Ferry's RabbitMQ target.
+	// Nil: a deployment without a broker. Required without Destinations.
+	Broker delivery.Target
 	// Destinations routes event types to workflows of your own. Default:
 	// none.
 	Destinations *destination.Router
@@ -49,17 +48,15 @@ type Config struct {
 	// MaintenanceMetrics counts retention and reconciler work; nil counts
 	// nothing.
 	MaintenanceMetrics *metrics.Maintenance
-	// TracerProvider starts the publish span. Default: the global provider
-	// (otel.GetTracerProvider(); a no-op until one is set).
+	// TracerProvider starts the spans of deliveries to workflow
+	// destinations (PublishConfig.TracerProvider). Default: the global
+	// provider (otel.GetTracerProvider(); a no-op until one is set).
 	TracerProvider trace.TracerProvider
 	// Temporal lets the reconciler and the drift check ask about an
 	// aggregate's workflow, and reaches workflow destinations. Without it
 	// the first two fail (non-retryable); it is required with
 	// Destinations.
 	Temporal client.Client
-	// RoutingKey builds a message's routing key. Default
-	// "<aggregate_type>.<event_type>".
-	RoutingKey func(aggregateType, eventType string) string
 	// Effects resolves the effect workflows to start for a published event
 	// (effects.Router.For). Default: none.
 	Effects func(aggregateType, eventType string) []workflows.EffectStart
@@ -78,14 +75,13 @@ func New(cfg Config) (*Activities, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: Config.Pool is nil")
 	}
-	p, err := NewPublish(PublishConfig{Pool: cfg.Pool, Publisher: cfg.Publisher, NoBroker: cfg.NoBroker,
+	p, err := NewPublish(PublishConfig{Pool: cfg.Pool, Broker: cfg.Broker,
 		Destinations: cfg.Destinations, Temporal: cfg.Temporal, Namespace: cfg.Namespace, Upcast: cfg.Upcast, DataConverter: cfg.DataConverter,
-		Metrics: cfg.Metrics.Relay(), TracerProvider: cfg.TracerProvider, RoutingKey: cfg.RoutingKey, Effects: cfg.Effects})
+		Metrics: cfg.Metrics.Relay(), TracerProvider: cfg.TracerProvider, Effects: cfg.Effects})
 	if err != nil {
 		return nil, err
 	}
-	r, err := NewRepair(RepairConfig{Pool: cfg.Pool, Publisher: cfg.Publisher, Metrics: cfg.Metrics,
-		TracerProvider: cfg.TracerProvider, RoutingKey: cfg.RoutingKey})
+	r, err := NewRepair(RepairConfig{Pool: cfg.Pool, Broker: cfg.Broker, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}

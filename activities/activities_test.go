@@ -20,8 +20,8 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -32,27 +32,43 @@ func TestMain(m *testing.M) {
 // bundle is one test's world: its own schema, its own exchange and queue, and
 // the activities wired to both.
 type bundle struct {
-	db   *testenv.DB
-	mq   *testenv.Broker
+	db   *ferrytest.DB
+	mq   *ferrytest.Broker
 	acts *activities.Activities
 	// settings the publish activities answer runs with; zero: defaults.
 	settings workflows.Settings
 }
 
-// setup wires Activities to a fresh schema and a publisher on the test's
-// exchange. pub, when set, replaces that publisher (for broker failures);
-// cfg's Pool and Publisher are filled in.
+// setup wires Activities to a fresh schema and a RabbitMQ target over a
+// publisher on the test's exchange. pub, when set, replaces that publisher
+// (for broker failures); cfg's Pool and Broker are filled in.
 func setup(t *testing.T, cfg activities.Config, pub *broker.Publisher) *bundle {
 	t.Helper()
-	b := &bundle{db: testenv.Postgres(t), mq: testenv.RabbitMQ(t)}
-	if pub == nil {
-		pub = newPublisher(t, broker.Config{URL: b.mq.URL, Exchange: b.mq.Exchange})
+	return setupTarget(t, cfg, rabbitmq.Config{Publisher: pub})
+}
+
+// setupTarget is setup with the RabbitMQ target's settings; a nil
+// Publisher is one on the test's exchange.
+func setupTarget(t *testing.T, cfg activities.Config, target rabbitmq.Config) *bundle {
+	t.Helper()
+	b := &bundle{db: ferrytest.NewDB(t, ""), mq: ferrytest.NewBroker(t, "")}
+	if target.Publisher == nil {
+		target.Publisher = newPublisher(t, broker.Config{URL: b.mq.URL, Exchange: b.mq.Exchange})
 	}
-	cfg.Pool, cfg.Publisher = b.db.Pool, pub
+	cfg.Pool, cfg.Broker = b.db.Pool, newTarget(t, target)
 	acts, err := activities.New(cfg)
 	require.NoError(t, err)
 	b.acts = acts
 	return b
+}
+
+// newTarget is a RabbitMQ target; it closes its publisher with the test.
+func newTarget(t *testing.T, cfg rabbitmq.Config) *rabbitmq.Target {
+	t.Helper()
+	target, err := rabbitmq.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, target.Close()) })
+	return target
 }
 
 func newPublisher(t *testing.T, cfg broker.Config) *broker.Publisher {
@@ -232,7 +248,7 @@ func TestPublishEventSendsTheRow(t *testing.T) {
 	require.Equal(t, "placed", d.Type)
 	require.Equal(t, b.mq.Exchange, d.Exchange)
 	require.Equal(t, "order.placed", d.RoutingKey)
-	require.Equal(t, delivery.DefaultRoutingKey("order", "placed"), d.RoutingKey)
+	require.Equal(t, rabbitmq.DefaultRoutingKey("order", "placed"), d.RoutingKey)
 	require.Equal(t, "application/json", d.ContentType)
 	require.Equal(t, amqp.Persistent, d.DeliveryMode)
 	require.JSONEq(t, `{"total": 42, "items": ["a", "b"], "note": "é"}`, string(d.Body))
@@ -272,9 +288,9 @@ func TestPublishEventOmitsAbsentTraceContext(t *testing.T) {
 
 func TestPublishEventUsesConfiguredRoutingKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t, activities.Config{
+	b := setupTarget(t, activities.Config{}, rabbitmq.Config{
 		RoutingKey: func(aggregateType, eventType string) string { return "custom." + eventType + "." + aggregateType },
-	}, nil)
+	})
 	ev := insert(t, b.db.Pool, "order", "o-1", row{EventType: "placed"})
 
 	b.mustPublish(t, ev)
@@ -357,9 +373,9 @@ func TestPublishEventMismatchIsPermanent(t *testing.T) {
 func TestPublishEventUnroutableIsRetryable(t *testing.T) {
 	t.Parallel()
 	// A fresh exchange, declared by the publisher, with no queue bound.
-	exchange := testenv.Name("ferry.test.unbound")
+	exchange := ferrytest.Name("ferry.test.unbound")
 	t.Cleanup(func() { deleteExchange(t, exchange) })
-	pub := newPublisher(t, broker.Config{URL: testenv.AMQPURL(), Exchange: exchange})
+	pub := newPublisher(t, broker.Config{URL: ferrytest.AMQPURL(), Exchange: exchange})
 	b := setup(t, activities.Config{}, pub)
 	ev := insert(t, b.db.Pool, "order", "o-1", row{EventType: "placed"})
 
@@ -381,7 +397,7 @@ func TestPublishEventUnroutableIsRetryable(t *testing.T) {
 
 func TestPublishEventBrokerDownIsRetryable(t *testing.T) {
 	t.Parallel()
-	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + testenv.ClosedAddr(t) + "/", DialTimeout: time.Second})
+	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + ferrytest.ClosedAddr(t) + "/", DialTimeout: time.Second})
 	b := setup(t, activities.Config{}, pub)
 	ev := insert(t, b.db.Pool, "order", "o-1", row{})
 
@@ -465,17 +481,19 @@ func TestNewRequiresDependencies(t *testing.T) {
 	pub, err := broker.New(broker.Config{URL: "amqp://127.0.0.1:1/"})
 	require.NoError(t, err)
 
-	_, err = activities.New(activities.Config{Publisher: pub})
+	target := newTarget(t, rabbitmq.Config{Publisher: pub})
+
+	_, err = activities.New(activities.Config{Broker: target})
 	require.ErrorContains(t, err, "Config.Pool")
 	_, err = activities.New(activities.Config{Pool: pool})
-	require.ErrorContains(t, err, "Config.Publisher")
-	_, err = activities.New(activities.Config{Pool: pool, Publisher: pub})
+	require.ErrorContains(t, err, "Config.Broker")
+	_, err = activities.New(activities.Config{Pool: pool, Broker: target})
 	require.NoError(t, err)
 
 	// Each part needs only its own dependencies.
 	_, err = activities.NewPublish(activities.PublishConfig{Pool: pool})
-	require.ErrorContains(t, err, "PublishConfig.Publisher")
-	_, err = activities.NewRepair(activities.RepairConfig{Publisher: pub})
+	require.ErrorContains(t, err, "PublishConfig.Broker")
+	_, err = activities.NewRepair(activities.RepairConfig{Broker: target})
 	require.ErrorContains(t, err, "RepairConfig.Pool")
 	_, err = activities.NewMaintenance(activities.MaintenanceConfig{})
 	require.ErrorContains(t, err, "MaintenanceConfig.Pool")
@@ -499,7 +517,7 @@ func TestRegisterUsesWireNames(t *testing.T) {
 	t.Cleanup(pool.Close)
 	pub, err := broker.New(broker.Config{URL: "amqp://127.0.0.1:1/"})
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub})
+	acts, err := activities.New(activities.Config{Pool: pool, Broker: newTarget(t, rabbitmq.Config{Publisher: pub})})
 	require.NoError(t, err)
 
 	// Each part registers its own concern; together, every name once.
@@ -517,7 +535,7 @@ func TestRegisterUsesWireNames(t *testing.T) {
 
 func deleteExchange(t *testing.T, name string) {
 	t.Helper()
-	conn, err := amqp.Dial(testenv.AMQPURL())
+	conn, err := amqp.Dial(ferrytest.AMQPURL())
 	if err != nil {
 		t.Errorf("delete exchange %s: %v", name, err)
 		return

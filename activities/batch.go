@@ -11,7 +11,7 @@ import (
 	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -85,7 +85,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 
 	n, pubErr := 0, error(nil)
 	if len(msgs) > 0 {
-		n, pubErr = a.target.Publish(ctx, msgs)
+		n, pubErr = a.broker.Publish(ctx, msgs)
 	}
 	// An event is done when the broker confirmed it (or it skips the
 	// broker) and each of its workflow destinations took it; the first
@@ -101,7 +101,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 			done, failID, failErr = it.at, it.id, classifyPublish(pubErr)
 			break
 		}
-		if err := a.targets.deliver(ctx, it.id, it.row, it.plan.routes); err != nil {
+		if err := a.targets.deliver(ctx, it.id, it.row, it.plan); err != nil {
 			done, failID, failErr = it.at, it.id, err
 			break
 		}
@@ -156,12 +156,12 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 // when it has one.
 func (a *Publish) markBatch(ctx context.Context, ids []string, in workflows.PublishBatchInput) error {
 	if in.Epoch == 0 {
-		if err := outbox.MarkBatchPublished(ctx, a.pool, ids, in.AggregateType, in.AggregateID); err != nil {
+		if err := relaydb.MarkBatchPublished(ctx, a.pool, ids, in.AggregateType, in.AggregateID); err != nil {
 			return fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
 		}
 		return nil
 	}
-	ok, err := outbox.MarkBatchPublishedFenced(ctx, a.pool, ids, in.AggregateType, in.AggregateID, in.Epoch)
+	ok, err := relaydb.MarkBatchPublishedFenced(ctx, a.pool, ids, in.AggregateType, in.AggregateID, in.Epoch)
 	if err != nil {
 		return fmt.Errorf("mark %d events of %s/%s published: %w", len(ids), in.AggregateType, in.AggregateID, err)
 	}
@@ -177,7 +177,7 @@ func (a *Publish) markBatch(ctx context.Context, ids []string, in workflows.Publ
 type batchItem struct {
 	at   int
 	id   string
-	row  outbox.PublishRow
+	row  relaydb.PublishRow
 	plan plan
 	msg  int
 }
@@ -203,12 +203,12 @@ func runAfter(events []workflows.EventRef, delivered int64) []workflows.EventRef
 }
 
 // loadBatch reads the rows of events by id.
-func (a *Publish) loadBatch(ctx context.Context, events []workflows.EventRef) (map[string]outbox.PublishRow, error) {
+func (a *Publish) loadBatch(ctx context.Context, events []workflows.EventRef) (map[string]relaydb.PublishRow, error) {
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID
 	}
-	out, err := outbox.LoadManyForPublish(ctx, a.pool, ids)
+	out, err := relaydb.LoadManyForPublish(ctx, a.pool, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load %d events: %w", len(ids), err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -89,7 +89,7 @@ func TestPublishBatchStopsAtMismatch(t *testing.T) {
 // the first row keeps the error for operators.
 func TestPublishBatchBrokerDown(t *testing.T) {
 	t.Parallel()
-	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + testenv.ClosedAddr(t) + "/", DialTimeout: time.Second})
+	pub := newPublisher(t, broker.Config{URL: "amqp://guest:guest@" + ferrytest.ClosedAddr(t) + "/", DialTimeout: time.Second})
 	b := setup(t, activities.Config{}, pub)
 	e1 := insert(t, b.db.Pool, "order", "o-1", row{})
 	e2 := insert(t, b.db.Pool, "order", "o-1", row{})

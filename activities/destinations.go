@@ -5,16 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/destination"
-	"github.com/ferry-outbox/ferry/internal/telemetry"
-	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
-	"github.com/ferry-outbox/ferry/upcast"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Error types of workflow destinations.
@@ -28,35 +23,33 @@ const (
 	// Temporal refuses, an upcaster failed). Quarantined at once.
 	ErrTypeBadDestination = "BadDestination"
 	// ErrTypeNoDestination: the event would go nowhere: the worker
-	// publishes to no broker (PublishConfig.NoBroker) and the event type has
-	// no workflow destination. Quarantined at once: route the event type,
+	// publishes to no broker (PublishConfig.Broker is nil) and the event
+	// type has no workflow destination. Quarantined at once: route the event type,
 	// then retry the event.
 	ErrTypeNoDestination = "NoDestination"
 )
 
-// targets is where the publish path sends events besides RabbitMQ: the
-// workflow destinations, and whether there is a broker at all.
+// targets is where the publish path sends an event: the broker target
+// unless the event type's destinations skip it (nil: a deployment without
+// a broker), and the event type's workflow destinations (dests, nil
+// without routes).
 type targets struct {
-	router   *destination.Router
-	sender   *destination.Sender
-	upcast   *upcast.Registry
-	noBroker bool
-	metrics  *metrics.Relay
-	tracer   trace.Tracer
+	broker delivery.Target
+	router *destination.Router
+	dests  *destination.Target
 }
 
 // plan is where one event goes.
 type plan struct {
-	broker bool
-	routes []destination.Route
+	broker, dests bool
 }
 
 // planFor resolves an event's targets; an event that would go nowhere is a
 // non-retryable ErrTypeNoDestination.
-func (t *targets) planFor(id string, ev outbox.PublishRow) (plan, error) {
+func (t *targets) planFor(id string, ev relaydb.PublishRow) (plan, error) {
 	routes, skip := t.router.For(ev.AggregateType, ev.EventType)
-	p := plan{broker: !t.noBroker && !skip, routes: routes}
-	if !p.broker && len(p.routes) == 0 {
+	p := plan{broker: t.broker != nil && !skip, dests: len(routes) > 0}
+	if !p.broker && !p.dests {
 		return p, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"event %s (%s.%s) has no workflow destination and this worker publishes to no broker (Config.NoBroker; ferry: --no-broker): route %s.%s to a workflow (Config.Destinations; ferry: --destination), then retry the event",
 			id, ev.AggregateType, ev.EventType, ev.AggregateType, ev.EventType), ErrTypeNoDestination, nil)
@@ -64,74 +57,21 @@ func (t *targets) planFor(id string, ev outbox.PublishRow) (plan, error) {
 	return p, nil
 }
 
-// deliver sends the event to each of its workflow destinations in route
-// order, stopping at the first failure (a retry repeats the delivered ones,
-// which Temporal drops: see package destination).
-func (t *targets) deliver(ctx context.Context, id string, ev outbox.PublishRow, routes []destination.Route) error {
-	if len(routes) == 0 {
+// deliver sends the event to its workflow destinations when it has any
+// (destination.Target: each in route order, stopping at the first
+// failure; a retry repeats the delivered ones, which Temporal drops),
+// classifying a failure by ErrType.
+func (t *targets) deliver(ctx context.Context, id string, ev relaydb.PublishRow, p plan) error {
+	if !p.dests {
 		return nil
 	}
-	env, err := t.envelope(id, ev)
-	if err != nil {
-		return err
-	}
-	for _, rt := range routes {
-		if err := t.deliverOne(ctx, rt, env); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (t *targets) deliverOne(ctx context.Context, rt destination.Route, env destination.Envelope) error {
-	// Parent and links as for a publish (telemetry.PublishParent).
-	ctx, links := telemetry.PublishParent(ctx, env.TraceParent, env.TraceState)
-	ctx, span := t.tracer.Start(ctx, "ferry.deliver "+rt.Name,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithLinks(links...),
-		trace.WithAttributes(
-			attribute.String("ferry.destination", rt.Name),
-			attribute.String("ferry.destination.action", string(rt.Action)),
-			attribute.String("messaging.message.id", env.EventID),
-			attribute.String("ferry.aggregate", env.Aggregate()),
-			attribute.Int64("ferry.aggregate_version", env.AggregateVersion),
-		))
-	defer span.End()
-	outcome, err := t.sender.Deliver(ctx, rt, env)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-		t.metrics.Delivered(rt.Name, "failed")
-		if errors.Is(err, destination.ErrPermanent) {
-			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadDestination, err)
-		}
+	_, err := t.dests.Publish(ctx, []delivery.Event{{ID: id, Row: ev}})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, destination.ErrPermanent):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadDestination, err)
+	default:
 		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeDestination, err)
 	}
-	t.metrics.Delivered(rt.Name, string(outcome))
-	return nil
-}
-
-// envelope is the row as destinations receive it, its payload lifted by
-// the worker's upcasters when it has any.
-func (t *targets) envelope(id string, ev outbox.PublishRow) (destination.Envelope, error) {
-	env := destination.Envelope{
-		EventID:          id,
-		EventType:        ev.EventType,
-		AggregateType:    ev.AggregateType,
-		AggregateID:      ev.AggregateID,
-		AggregateVersion: ev.Version,
-		SchemaVersion:    int(ev.SchemaVersion),
-		Payload:          ev.Payload,
-		Headers:          ev.Headers,
-		TraceParent:      ev.TraceParent,
-		TraceState:       ev.TraceState,
-		CreatedAt:        ev.CreatedAt,
-	}
-	if t.upcast != nil {
-		payload, version, err := t.upcast.Upcast(ev.EventType, env.SchemaVersion, ev.Payload)
-		if err != nil {
-			return env, temporal.NewNonRetryableApplicationError(fmt.Sprintf("event %s: upcast for its workflow destinations: %v", id, err), ErrTypeBadDestination, err)
-		}
-		env.Payload, env.SchemaVersion = payload, version
-	}
-	return env, nil
 }

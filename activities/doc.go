@@ -3,8 +3,10 @@
 // dependencies:
 //
 //   - Publish: the aggregate workflow's publish path (PublishEvent,
-//     PublishBatch, LoadAggregateCursor): an outbox row read, sent to
-//     RabbitMQ with a confirm, marked published. The last two also answer
+//     PublishBatch, LoadAggregateCursor): an outbox row read, sent through
+//     the delivery targets (RabbitMQ with a confirm: Config.Broker; the
+//     event type's workflow destinations: destination.Target), marked
+//     published. The last two also answer
 //     a run that asks with the worker's workflow settings
 //     (workflows.Settings), which Publish.Register binds.
 //   - Repair: quarantine, audited repairs (retry, skip, patch), replays of
@@ -17,8 +19,10 @@
 // New builds all three from one Config and Activities.Register registers
 // them; the registered names in package workflows are a wire contract.
 //
-// The package owns the SQL that reads, marks, quarantines, repairs and
-// purges outbox rows, and the mapping of an outbox row onto an AMQP message
-// (headers: broker.Header*). It does not own retries: errors are
-// classified (retryable or not) and the workflow's retry policy decides.
+// The package owns the steps and their transactions; the SQL they run is
+// package relaydb's (reads, marks, quarantines, purges) and package
+// repairdb's (repairs and their audit), and the mapping of an outbox row
+// onto an AMQP message is package delivery/rabbitmq's. It does not own retries:
+// errors are classified (retryable or not) and the workflow's retry policy
+// decides.
 package activities

@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -44,11 +44,11 @@ func (a *Maintenance) CheckDrift(ctx context.Context, input workflows.DriftInput
 	in.Settle = cmp.Or(in.Settle, workflows.DefaultDriftSettle)
 	in.ReconcileAfter = cmp.Or(in.ReconcileAfter, workflows.DefaultReconcileAfter)
 
-	sample, err := outbox.RecentAggregates(ctx, a.pool, in.Sample)
+	sample, err := relaydb.RecentAggregates(ctx, a.pool, in.Sample)
 	if err != nil {
 		return res, fmt.Errorf("sample aggregates: %w", err)
 	}
-	lane, err := outbox.FleetLane(ctx, a.pool)
+	lane, err := relaydb.FleetLane(ctx, a.pool)
 	if err != nil {
 		return res, fmt.Errorf("read the relays' lane: %w", err)
 	}
@@ -56,7 +56,7 @@ func (a *Maintenance) CheckDrift(ctx context.Context, input workflows.DriftInput
 	res.Sampled = len(sample)
 
 	type suspect struct {
-		key   outbox.AggregateKey
+		key   relaydb.AggregateKey
 		found []workflows.Drift
 	}
 	var suspects []suspect
@@ -114,7 +114,7 @@ type driftInput struct {
 // workflow hears back), so the workflow is compared with the read before
 // it where it may lag and with the read after it where it may not lead.
 // ok is false when the workflow could not be asked.
-func (a *Maintenance) lookForDrift(ctx context.Context, k outbox.AggregateKey, in driftInput) (found []workflows.Drift, ok bool, err error) {
+func (a *Maintenance) lookForDrift(ctx context.Context, k relaydb.AggregateKey, in driftInput) (found []workflows.Drift, ok bool, err error) {
 	before, exists, err := a.driftRows(ctx, k, in.Grace)
 	if err != nil || !exists {
 		return nil, true, err
@@ -142,7 +142,7 @@ type driftTable struct {
 	quarantined []int64
 	below       []int64 // pending or dispatched at or below delivered
 	// owner: the aggregate's owner row (the publish-first lane), or nil.
-	owner *outbox.Owner
+	owner *relaydb.Owner
 	// staleEpochs: versions marked under an older epoch than an earlier
 	// version's.
 	staleEpochs []int64
@@ -150,11 +150,11 @@ type driftTable struct {
 
 // laneOnly: no workflow owns the aggregate and none holds a row of it.
 func (t driftTable) laneOnly() bool {
-	return (t.owner == nil || t.owner.Owner != outbox.OwnerWorkflow) && len(t.dispatched) == 0 && len(t.quarantined) == 0
+	return (t.owner == nil || t.owner.Owner != relaydb.OwnerWorkflow) && len(t.dispatched) == 0 && len(t.quarantined) == 0
 }
 
-func (a *Maintenance) driftRows(ctx context.Context, k outbox.AggregateKey, grace time.Duration) (driftTable, bool, error) {
-	r, found, err := outbox.ReadDriftRows(ctx, a.pool, k.Type, k.ID, grace)
+func (a *Maintenance) driftRows(ctx context.Context, k relaydb.AggregateKey, grace time.Duration) (driftTable, bool, error) {
+	r, found, err := relaydb.ReadDriftRows(ctx, a.pool, k.Type, k.ID, grace)
 	if err != nil {
 		return driftTable{}, false, fmt.Errorf("read rows of %s/%s: %w", k.Type, k.ID, err)
 	}
@@ -163,14 +163,14 @@ func (a *Maintenance) driftRows(ctx context.Context, k outbox.AggregateKey, grac
 	if !found {
 		return t, false, nil
 	}
-	o, owned, err := outbox.OwnerOf(ctx, a.pool, k.Type, k.ID)
+	o, owned, err := relaydb.OwnerOf(ctx, a.pool, k.Type, k.ID)
 	if err != nil {
 		return t, false, fmt.Errorf("read the owner of %s/%s: %w", k.Type, k.ID, err)
 	}
 	if owned {
 		t.owner = &o
 	}
-	if t.staleEpochs, err = outbox.StaleEpochs(ctx, a.pool, k.Type, k.ID, t.delivered); err != nil {
+	if t.staleEpochs, err = relaydb.StaleEpochs(ctx, a.pool, k.Type, k.ID, t.delivered); err != nil {
 		return t, false, fmt.Errorf("read the epochs of %s/%s: %w", k.Type, k.ID, err)
 	}
 	return t, true, nil
@@ -213,7 +213,7 @@ func (a *Maintenance) driftWorkflow(ctx context.Context, id string) (driftWorkfl
 
 // judgeDrift compares one aggregate's rows (read before and after asking
 // its workflow) with the workflow. Pure, so every rule has a table test.
-func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, after driftTable, in driftInput) []workflows.Drift {
+func judgeDrift(k relaydb.AggregateKey, before driftTable, wf driftWorkflow, after driftTable, in driftInput) []workflows.Drift {
 	var out []workflows.Drift
 	add := func(kind, differs, action string) {
 		out = append(out, workflows.Drift{WorkflowID: wf.id, Kind: kind, Differs: differs, Action: action})
@@ -224,7 +224,7 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 			fmt.Sprintf("rows %s are not published but outbox_aggregates.delivered_version is %d", versions(after.below), after.delivered),
 			fmt.Sprintf("no run will publish them (each resumes after delivered_version). If they were delivered, mark them: "+
 				"%s; if not, set delivered_version to %d and terminate the workflow (later versions are published again; consumers deduplicate)",
-				outbox.AdviceMarkPublished(k.Type, k.ID, after.delivered), after.below[0]-1))
+				relaydb.AdviceMarkPublished(k.Type, k.ID, after.delivered), after.below[0]-1))
 	}
 
 	if len(before.staleEpochs) > 0 && len(after.staleEpochs) > 0 {
@@ -232,10 +232,10 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 			fmt.Sprintf("rows %s were marked published under an older ownership epoch than an earlier version: an owner that had lost the aggregate marked them", versions(after.staleEpochs)),
 			"two parties published this aggregate at once: its consumers may have seen those versions out of order or twice (they deduplicate by message id); "+
 				"check for a relay paused past its lease or a Ferry older than the lane's fences, and look at the rows: "+
-				outbox.AdviceShowEpochs(k.Type, k.ID))
+				relaydb.AdviceShowEpochs(k.Type, k.ID))
 	}
 	if o := after.owner; wf.state == nil && wf.status != "not asked" && before.owner != nil && o != nil &&
-		o.Owner == outbox.OwnerWorkflow && before.owner.Epoch == o.Epoch {
+		o.Owner == relaydb.OwnerWorkflow && before.owner.Epoch == o.Epoch {
 		add(workflows.DriftOwnerWithoutRun,
 			fmt.Sprintf("the aggregate is its workflow's (epoch %d, since %s, %s) but the workflow is %s: nothing publishes it",
 				o.Epoch, o.Since.UTC().Format(time.RFC3339), o.Cause, wf.status),
@@ -256,7 +256,7 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 		if len(after.quarantined) > 0 {
 			add(workflows.DriftWorkflowGone,
 				fmt.Sprintf("row %s is quarantined but the workflow that held it is %s: nothing retries it", versions(after.quarantined), wf.status),
-				"set it back to pending and a new run tries it again: "+outbox.AdviceRequeue(k.Type, k.ID, "quarantined"))
+				"set it back to pending and a new run tries it again: "+relaydb.AdviceRequeue(k.Type, k.ID, "quarantined"))
 		}
 		return out
 	}
@@ -276,7 +276,7 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 			fmt.Sprintf("the running workflow has delivered %d, outbox_aggregates.delivered_version says %d", st.Delivered, after.delivered),
 			fmt.Sprintf("delivered_version moved back (a restore, a manual update?). If versions %d to %d are published in outbox_events, "+
 				"set it: %s; otherwise the next run publishes them again (consumers deduplicate)",
-				after.delivered+1, st.Delivered, outbox.AdviceSetDelivered(k.Type, k.ID, st.Delivered)))
+				after.delivered+1, st.Delivered, relaydb.AdviceSetDelivered(k.Type, k.ID, st.Delivered)))
 	}
 	var lost []int64
 	for _, v := range before.dispatched {
@@ -290,7 +290,7 @@ func judgeDrift(k outbox.AggregateKey, before driftTable, wf driftWorkflow, afte
 			fmt.Sprintf("their signals went to a run that ended: the reconciler re-dispatches them once they are %s old "+
 				"(only those dispatched before this run started while the run has signals it has not taken, state.unread); "+
 				"to do it now, set them back to pending and the poller signals them again (a repeat is dropped as a duplicate): %s",
-				in.ReconcileAfter, outbox.AdviceRequeue(k.Type, k.ID, "dispatched")))
+				in.ReconcileAfter, relaydb.AdviceRequeue(k.Type, k.ID, "dispatched")))
 	}
 	return out
 }

@@ -6,18 +6,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
 func TestJudgeDrift(t *testing.T) {
 	t.Parallel()
-	k := outbox.AggregateKey{Type: "order", ID: "o'42"}
+	k := relaydb.AggregateKey{Type: "order", ID: "o'42"}
 	in := driftInput{DriftInput: workflows.DriftInput{ReconcileAfter: 10 * time.Minute}, publishFirst: true}
-	owned := func(epoch int64) *outbox.Owner {
-		return &outbox.Owner{Owner: outbox.OwnerWorkflow, Epoch: epoch, Cause: "Unroutable", Since: time.Now()}
+	owned := func(epoch int64) *relaydb.Owner {
+		return &relaydb.Owner{Owner: relaydb.OwnerWorkflow, Epoch: epoch, Cause: "Unroutable", Since: time.Now()}
 	}
-	relay := &outbox.Owner{Owner: outbox.OwnerRelay, Epoch: 3, Holder: "r1"}
+	relay := &relaydb.Owner{Owner: relaydb.OwnerRelay, Epoch: 3, Holder: "r1"}
 	notAsked := driftWorkflow{id: "ferry/order/o'42", status: "not asked"}
 	running := func(delivered, publishing int64, pending ...int64) driftWorkflow {
 		return driftWorkflow{id: "ferry/order/o'42", status: "Running",
@@ -74,7 +74,7 @@ func TestJudgeDrift(t *testing.T) {
 // identifiers are escaped.
 func TestDriftAdviceQuotesIdentifiers(t *testing.T) {
 	t.Parallel()
-	d := judgeDrift(outbox.AggregateKey{Type: "order", ID: "o'42"},
+	d := judgeDrift(relaydb.AggregateKey{Type: "order", ID: "o'42"},
 		driftTable{delivered: 5, dispatched: []int64{6, 7, 8, 10}}, driftWorkflow{id: "ferry/order/o'42", status: "Running", state: &workflows.State{Delivered: 5}},
 		driftTable{delivered: 5, dispatched: []int64{6, 7, 8, 10}}, driftInput{})
 	require.Len(t, d, 1)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -95,7 +95,7 @@ func TestReservedEventHeadersNeverOverrideFerrys(t *testing.T) {
 		"ferry-aggregate-id": "evil-id", "ferry-aggregate-version": "99", "FERRY-Aggregate-Type": "evil-type",
 		"x-delivery-count": "98", "message_id": "evil-mid", "tenant": "acme", "n": 7}`})
 
-	logs := &testenv.Buffer{}
+	logs := &ferrytest.Buffer{}
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	env := s.NewTestActivityEnvironment()

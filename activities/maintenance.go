@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -77,7 +77,7 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 	// One scan of the table per run (published_at has no index): before
 	// the deletes, so that a run that cannot delete still says how many
 	// rows wait for it.
-	if _, err := outbox.CountOverdue(ctx, a.pool, rowAge); err != nil {
+	if _, err := relaydb.CountOverdue(ctx, a.pool, rowAge); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = errors.New("ferry_maintenance has no 'retention' row: run `ferry migrate`")
 		}
@@ -86,7 +86,7 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 	// Each call handles at most one batch and commits on its own, so no
 	// long transaction holds back vacuum. what names the step in errors,
 	// step in ferry_retention_rows_total.
-	run := func(once func(context.Context, outbox.Execer, time.Duration, int) (int64, error), age time.Duration, count *int64, what, step string) error {
+	run := func(once func(context.Context, relaydb.Execer, time.Duration, int) (int64, error), age time.Duration, count *int64, what, step string) error {
 		for {
 			n, err := once(ctx, a.pool, age, batch)
 			if err != nil {
@@ -102,15 +102,15 @@ func (a *Maintenance) PurgeOutbox(ctx context.Context, in workflows.RetentionInp
 		}
 	}
 	// Delete first: blanking payloads of rows about to go is wasted work.
-	if err := run(outbox.DeleteDelivered, rowAge, &res.Deleted, "delete delivered rows", metrics.StepDelete); err != nil {
+	if err := run(relaydb.DeleteDelivered, rowAge, &res.Deleted, "delete delivered rows", metrics.StepDelete); err != nil {
 		return res, err
 	}
 	if in.PayloadAge > 0 && in.PayloadAge < rowAge {
-		if err := run(outbox.PurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads", metrics.StepPurgePayloads); err != nil {
+		if err := run(relaydb.PurgePayloads, in.PayloadAge, &res.PayloadsPurged, "purge payloads", metrics.StepPurgePayloads); err != nil {
 			return res, err
 		}
 	}
-	if err := outbox.RetentionSucceeded(ctx, a.pool); err != nil {
+	if err := relaydb.RetentionSucceeded(ctx, a.pool); err != nil {
 		return res, fmt.Errorf("record the retention run: %w", err)
 	}
 	return res, nil
@@ -154,7 +154,7 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 	if err := a.takeBack(ctx, age, &res); err != nil {
 		return res, err
 	}
-	stuck, before, err := outbox.StuckAggregates(ctx, a.pool, age)
+	stuck, before, err := relaydb.StuckAggregates(ctx, a.pool, age)
 	if err != nil {
 		return res, fmt.Errorf("find stuck dispatches: %w", err)
 	}
@@ -189,7 +189,7 @@ func (a *Maintenance) ReconcileDispatches(ctx context.Context, in workflows.Reco
 // may be about to open a new run), are not taken back; an open run keeps
 // its aggregate, however long.
 func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *workflows.ReconcileResult) error {
-	owned, err := outbox.WorkflowOwnedSince(ctx, a.pool, age, 1000)
+	owned, err := relaydb.WorkflowOwnedSince(ctx, a.pool, age, 1000)
 	if err != nil {
 		return fmt.Errorf("find aggregates workflows own: %w", err)
 	}
@@ -210,7 +210,7 @@ func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *work
 		default:
 			status = d.GetWorkflowExecutionInfo().GetStatus().String()
 		}
-		took, rows, err := outbox.TakeBack(ctx, a.pool, o.Type, o.ID, o.Epoch, age, fmt.Sprintf(
+		took, rows, err := relaydb.TakeBack(ctx, a.pool, o.Type, o.ID, o.Epoch, age, fmt.Sprintf(
 			"re-queued by the reconciler: workflow %s owned the aggregate (epoch %d) but was %s, so it gave the aggregate back to the publish-first lane",
 			wfID, o.Epoch, status))
 		if err != nil {
@@ -230,7 +230,7 @@ func (a *Maintenance) takeBack(ctx context.Context, age time.Duration, res *work
 
 // reconcileAggregate re-dispatches the rows of one aggregate that no open
 // run holds (see ReconcileDispatches) and returns how many, and why.
-func (a *Maintenance) reconcileAggregate(ctx context.Context, ag outbox.AggregateKey, wfID string, before time.Time, res *workflows.ReconcileResult) (int64, string, error) {
+func (a *Maintenance) reconcileAggregate(ctx context.Context, ag relaydb.AggregateKey, wfID string, before time.Time, res *workflows.ReconcileResult) (int64, string, error) {
 	log := activity.GetLogger(ctx)
 	cctx, cancel := context.WithTimeout(ctx, driftCallTimeout)
 	defer cancel()
@@ -246,7 +246,7 @@ func (a *Maintenance) reconcileAggregate(ctx context.Context, ag outbox.Aggregat
 	default:
 		status = d.GetWorkflowExecutionInfo().GetStatus().String()
 	}
-	n, err := outbox.RedispatchAggregate(ctx, a.pool, ag.Type, ag.ID, before,
+	n, err := relaydb.RedispatchAggregate(ctx, a.pool, ag.Type, ag.ID, before,
 		fmt.Sprintf("re-dispatched by the reconciler: workflow %s was %s while this row was dispatched", wfID, status))
 	if err != nil {
 		return 0, "", fmt.Errorf("re-dispatch %s: %w", wfID, err)
@@ -261,8 +261,8 @@ func (a *Maintenance) reconcileAggregate(ctx context.Context, ag outbox.Aggregat
 // reconcileOpenRun re-dispatches the aggregate's stuck rows that its open
 // run neither holds nor has delivered, and that it cannot have unread:
 // they were signalled to a run that ended.
-func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateKey, wfID string, run *workflowpb.WorkflowExecutionInfo, before time.Time, res *workflows.ReconcileResult) (int64, string, error) {
-	rows, err := outbox.StuckRows(ctx, a.pool, ag.Type, ag.ID, before)
+func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag relaydb.AggregateKey, wfID string, run *workflowpb.WorkflowExecutionInfo, before time.Time, res *workflows.ReconcileResult) (int64, string, error) {
+	rows, err := relaydb.StuckRows(ctx, a.pool, ag.Type, ag.ID, before)
 	if err != nil {
 		return 0, "", fmt.Errorf("read stuck rows of %s: %w", wfID, err)
 	}
@@ -289,7 +289,7 @@ func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateK
 	if len(ids) == 0 {
 		return 0, "", nil
 	}
-	n, err := outbox.RedispatchRows(ctx, a.pool, ids, before, fmt.Sprintf(msg, wfID, runID))
+	n, err := relaydb.RedispatchRows(ctx, a.pool, ids, before, fmt.Sprintf(msg, wfID, runID))
 	if err != nil {
 		return 0, "", fmt.Errorf("re-dispatch %s: %w", wfID, err)
 	}
@@ -310,18 +310,18 @@ func (a *Maintenance) reconcileOpenRun(ctx context.Context, ag outbox.AggregateK
 // its signal, so one marked before the run started was signalled to an
 // earlier run. (dispatched_at is PostgreSQL's clock, the start time
 // Temporal's.) Pure, for a table test.
-func notUnread(rows []outbox.StuckRow, started time.Time, unread *int) (out []outbox.StuckRow, allRead bool) {
+func notUnread(rows []relaydb.StuckRow, started time.Time, unread *int) (out []relaydb.StuckRow, allRead bool) {
 	if unread != nil && *unread == 0 {
 		return rows, true
 	}
-	return slices.DeleteFunc(rows, func(r outbox.StuckRow) bool { return !r.DispatchedAt.Before(started) }), false
+	return slices.DeleteFunc(rows, func(r relaydb.StuckRow) bool { return !r.DispatchedAt.Before(started) }), false
 }
 
 // notHeld picks the rows a run's state neither holds (pending, being
 // published) nor has delivered (a version at or below its cursor is
 // dropped as a duplicate: re-dispatching it would achieve nothing). Pure,
 // for a table test.
-func notHeld(rows []outbox.StuckRow, st workflows.State) (ids []string, vs []int64) {
+func notHeld(rows []relaydb.StuckRow, st workflows.State) (ids []string, vs []int64) {
 	for _, r := range rows {
 		if r.Version > st.Delivered && r.Version != st.Publishing && !slices.Contains(st.Pending, r.Version) {
 			ids = append(ids, r.ID)

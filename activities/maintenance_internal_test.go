@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -16,16 +16,16 @@ import (
 // has delivered.
 func TestNotHeldPicksRowsTheRunCannotPublish(t *testing.T) {
 	t.Parallel()
-	rows := func(vs ...int64) []outbox.StuckRow {
-		out := make([]outbox.StuckRow, len(vs))
+	rows := func(vs ...int64) []relaydb.StuckRow {
+		out := make([]relaydb.StuckRow, len(vs))
 		for i, v := range vs {
-			out[i] = outbox.StuckRow{ID: "e" + strconv.FormatInt(v, 10), Version: v}
+			out[i] = relaydb.StuckRow{ID: "e" + strconv.FormatInt(v, 10), Version: v}
 		}
 		return out
 	}
 	for _, tc := range []struct {
 		name string
-		rows []outbox.StuckRow
+		rows []relaydb.StuckRow
 		st   workflows.State
 		want []int64
 	}{
@@ -54,12 +54,12 @@ func TestNotHeldPicksRowsTheRunCannotPublish(t *testing.T) {
 func TestNotUnreadKeepsWhatTheRunMayNotHaveRead(t *testing.T) {
 	t.Parallel()
 	started := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	rows := []outbox.StuckRow{
+	rows := []relaydb.StuckRow{
 		{ID: "before", Version: 1, DispatchedAt: started.Add(-time.Minute)},
 		{ID: "after", Version: 2, DispatchedAt: started.Add(time.Minute)},
 	}
 	n := func(v int) *int { return &v }
-	ids := func(rs []outbox.StuckRow) []string {
+	ids := func(rs []relaydb.StuckRow) []string {
 		var out []string
 		for _, r := range rs {
 			out = append(out, r.ID)

@@ -11,20 +11,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/upcast"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -33,14 +31,15 @@ import (
 type PublishConfig struct {
 	// Pool reaches the outbox tables. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends to RabbitMQ. Required unless NoBroker.
-	Publisher *broker.Publisher
-	// NoBroker: publish nothing to RabbitMQ; every event goes only to its
-	// workflow destinations, and an event type without one is quarantined
-	// (ErrTypeNoDestination). Publisher must then be nil. Default false.
-	NoBroker bool
+	// Broker is where events go unless their event type's destinations
+	// skip it (package delivery/rabbitmq: Ferry's message contract on
+	// RabbitMQ). Nil: a deployment without a broker, where every event
+	// goes only to its workflow destinations and an event type without one
+	// is quarantined (ErrTypeNoDestination). Required without
+	// Destinations.
+	Broker delivery.Target
 	// Destinations routes event types to workflows of your own (package
-	// destination). Default: none.
+	// destination), delivered through a destination.Target. Default: none.
 	Destinations *destination.Router
 	// Temporal and Namespace reach the destination workflows. Required
 	// when Destinations has any.
@@ -56,12 +55,10 @@ type PublishConfig struct {
 	Upcast *upcast.Registry
 	// Metrics counts publishes and their failures; nil counts nothing.
 	Metrics *metrics.Relay
-	// TracerProvider starts the publish span. Default: the global provider
+	// TracerProvider starts the spans of deliveries to workflow
+	// destinations (Broker starts its own). Default: the global provider
 	// (otel.GetTracerProvider(); a no-op until one is set).
 	TracerProvider trace.TracerProvider
-	// RoutingKey builds a message's routing key. Default
-	// "<aggregate_type>.<event_type>".
-	RoutingKey func(aggregateType, eventType string) string
 	// Effects resolves the effect workflows to start for a published event
 	// (effects.Router.For). Default: none.
 	Effects func(aggregateType, eventType string) []workflows.EffectStart
@@ -85,27 +82,29 @@ func NewPublish(cfg PublishConfig) (*Publish, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: PublishConfig.Pool is nil")
 	}
+	t := targets{broker: cfg.Broker, router: cfg.Destinations}
 	switch {
-	case cfg.Publisher == nil && !cfg.NoBroker:
-		return nil, errors.New("activities: PublishConfig.Publisher is nil (set NoBroker for a deployment without RabbitMQ)")
-	case cfg.Publisher != nil && cfg.NoBroker:
-		return nil, errors.New("activities: PublishConfig.Publisher is set, but NoBroker says there is no broker")
-	}
-	t := targets{router: cfg.Destinations, upcast: cfg.Upcast, noBroker: cfg.NoBroker, metrics: cfg.Metrics}
-	if cfg.Destinations.Len() > 0 {
+	case cfg.Destinations.Len() > 0:
+		var m destination.Metrics
+		if cfg.Metrics != nil {
+			m = cfg.Metrics
+		}
 		var err error
-		if t.sender, err = destination.NewSender(destination.SenderConfig{Temporal: cfg.Temporal, Namespace: cfg.Namespace, DataConverter: cfg.DataConverter}); err != nil {
+		t.dests, err = destination.NewTarget(destination.TargetConfig{Router: cfg.Destinations, Upcast: cfg.Upcast, Metrics: m,
+			TracerProvider: cfg.TracerProvider,
+			Sender:         destination.SenderConfig{Temporal: cfg.Temporal, Namespace: cfg.Namespace, DataConverter: cfg.DataConverter}})
+		if err != nil {
 			return nil, fmt.Errorf("activities: PublishConfig.Destinations: %w", err)
 		}
+	case cfg.Broker == nil:
+		return nil, errors.New("activities: PublishConfig.Broker is nil and there are no Destinations: every event would be quarantined (a deployment without a broker needs workflow destinations)")
 	}
 	if cfg.Effects == nil {
 		cfg.Effects = func(string, string) []workflows.EffectStart { return nil }
 	}
 	cfg.Metrics.KnownErrorClasses(publishErrorClasses...)
-	p := &Publish{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), targets: t, pool: cfg.Pool,
-		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}
-	p.targets.tracer = p.tracer
-	return p, nil
+	return &Publish{sender: sender{broker: cfg.Broker}, targets: t, pool: cfg.Pool,
+		metrics: cfg.Metrics, effects: cfg.Effects, settings: workflows.Settings{}.WithDefaults()}, nil
 }
 
 // Register registers the publish activities under their wire names,
@@ -131,23 +130,10 @@ func (a *Publish) workflowSettings() *workflows.Settings {
 	return &s
 }
 
-// sender publishes outbox rows to RabbitMQ (delivery.RabbitMQ): the
-// publish path's and a replay's. target is nil without a broker.
+// sender publishes outbox rows to the broker target: the publish path's
+// and a replay's. broker is nil without a broker.
 type sender struct {
-	target *delivery.RabbitMQ
-	tracer trace.Tracer
-}
-
-func newSender(pub *broker.Publisher, routingKey func(aggregateType, eventType string) string, tp trace.TracerProvider) sender {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	s := sender{tracer: tp.Tracer("github.com/ferry-outbox/ferry/activities")}
-	if pub != nil {
-		// Only a nil publisher fails, and there is none here.
-		s.target, _ = delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub, RoutingKey: routingKey, TracerProvider: tp})
-	}
-	return s
+	broker delivery.Target
 }
 
 // PublishEvent publishes one outbox event with a publisher confirm, then
@@ -197,7 +183,7 @@ func (a *Publish) checkOwner(ctx context.Context, what, aggregateType, aggregate
 	if epoch == 0 {
 		return nil
 	}
-	owned, err := outbox.Owned(ctx, a.pool, aggregateType, aggregateID, epoch)
+	owned, err := relaydb.Owned(ctx, a.pool, aggregateType, aggregateID, epoch)
 	if err != nil {
 		return fmt.Errorf("check the owner of %s/%s: %w", aggregateType, aggregateID, err)
 	}
@@ -211,12 +197,12 @@ func (a *Publish) checkOwner(ctx context.Context, what, aggregateType, aggregate
 // has one.
 func (a *Publish) markPublished(ctx context.Context, in workflows.PublishInput) error {
 	if in.Epoch == 0 {
-		if err := outbox.MarkPublished(ctx, a.pool, in.EventID); err != nil {
+		if err := relaydb.MarkPublished(ctx, a.pool, in.EventID); err != nil {
 			return fmt.Errorf("mark event %s published: %w", in.EventID, err)
 		}
 		return nil
 	}
-	ok, err := outbox.MarkPublishedFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch)
+	ok, err := relaydb.MarkPublishedFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch)
 	if err != nil {
 		return fmt.Errorf("mark event %s published: %w", in.EventID, err)
 	}
@@ -232,7 +218,7 @@ func (a *Publish) markPublished(ctx context.Context, in workflows.PublishInput) 
 // as released (an earlier attempt of this activity released it, or the
 // reconciler took it back): the run stops publishing either way.
 func (a *Publish) ReleaseAggregate(ctx context.Context, in workflows.ReleaseInput) (workflows.ReleaseResult, error) {
-	out, err := outbox.Release(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch)
+	out, err := relaydb.Release(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch)
 	if err != nil {
 		return workflows.ReleaseResult{}, fmt.Errorf("release %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}
@@ -249,9 +235,9 @@ func (a *Publish) ReleaseAggregate(ctx context.Context, in workflows.ReleaseInpu
 	return res, nil
 }
 
-// deliverEvent sends one event everywhere it goes: to RabbitMQ (unless it
-// skips the broker), then to each of its workflow destinations.
-func (a *Publish) deliverEvent(ctx context.Context, id string, ev outbox.PublishRow) error {
+// deliverEvent sends one event everywhere it goes: to the broker (unless
+// its destinations skip it), then to its workflow destinations.
+func (a *Publish) deliverEvent(ctx context.Context, id string, ev relaydb.PublishRow) error {
 	p, err := a.targets.planFor(id, ev)
 	if err != nil {
 		return err
@@ -261,13 +247,13 @@ func (a *Publish) deliverEvent(ctx context.Context, id string, ev outbox.Publish
 			return err
 		}
 	}
-	return a.targets.deliver(ctx, id, ev, p.routes)
+	return a.targets.deliver(ctx, id, ev, p)
 }
 
 // loadEvent reads an outbox row, classifying a row that cannot exist as
 // non-retryable.
-func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (outbox.PublishRow, error) {
-	ev, err := outbox.LoadForPublish(ctx, pool, id)
+func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (relaydb.PublishRow, error) {
+	ev, err := relaydb.LoadForPublish(ctx, pool, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ev, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("event %s is not in outbox_events (deleted before it was published?)", id), ErrTypeEventMissing, nil)
@@ -285,25 +271,26 @@ func loadEvent(ctx context.Context, pool *pgxpool.Pool, id string) (outbox.Publi
 	return ev, nil
 }
 
-// send publishes the row to RabbitMQ and waits for the confirm,
+// send publishes the row to the broker and waits for the confirm,
 // classifying failures by ErrType.
-func (a *sender) send(ctx context.Context, id string, ev outbox.PublishRow) error {
-	_, err := a.target.Publish(ctx, []delivery.Event{{ID: id, Row: ev}})
+func (a *sender) send(ctx context.Context, id string, ev relaydb.PublishRow) error {
+	_, err := a.broker.Publish(ctx, []delivery.Event{{ID: id, Row: ev}})
 	return classifyPublish(err)
 }
 
-// classifyPublish turns a broker error into the activity's error type.
+// classifyPublish turns a broker target's error (its delivery class) into
+// the activity's error type.
 // The message is the broker's, so the row's last_error and the log say what
 // the broker said.
 func classifyPublish(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, broker.ErrTooLarge):
+	case errors.Is(err, delivery.ErrTooLarge):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeTooLarge, err)
-	case errors.Is(err, broker.ErrRefused):
+	case errors.Is(err, delivery.ErrRefused):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRefused, err)
-	case errors.Is(err, broker.ErrUnroutable):
+	case errors.Is(err, delivery.ErrUnroutable):
 		// Retryable: binding a queue fixes it. When the retries run out the
 		// event is quarantined, never dropped.
 		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeUnroutable, err)
@@ -319,7 +306,7 @@ func classifyPublish(err error) error {
 func (a *Publish) LoadAggregateCursor(ctx context.Context, in workflows.CursorInput) (workflows.CursorResult, error) {
 	var res workflows.CursorResult
 	var err error
-	res.Delivered, err = outbox.DeliveredVersion(ctx, a.pool, in.AggregateType, in.AggregateID)
+	res.Delivered, err = relaydb.DeliveredVersion(ctx, a.pool, in.AggregateType, in.AggregateID)
 	if err != nil {
 		return res, fmt.Errorf("load cursor of %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}
@@ -341,7 +328,7 @@ func noteError(ctx context.Context, pool *pgxpool.Pool, id string, cause error) 
 	if errors.As(cause, &appErr) {
 		class = cmp.Or(appErr.Type(), class)
 	}
-	if err := outbox.NoteError(ctx, pool, id, class, pgtext.Truncate(cause.Error(), 1000)); err != nil {
+	if err := relaydb.NoteError(ctx, pool, id, class, pgtext.Truncate(cause.Error(), 1000)); err != nil {
 		activity.GetLogger(ctx).Warn("could not record last_error", "event_id", id, "error", err)
 	}
 }

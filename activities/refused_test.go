@@ -14,7 +14,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -34,7 +34,7 @@ const (
 func TestBrokerRefusal(t *testing.T) {
 	t.Parallel()
 	node := startRabbitNode(t, fmt.Sprintf("max_message_size = %d", nodeMaxMessage))
-	exchange, queue := testenv.Name("ferry.test"), testenv.Name("ferry.test.q")
+	exchange, queue := ferrytest.Name("ferry.test"), ferrytest.Name("ferry.test.q")
 	admin, err := amqp.Dial(node.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Close() })
@@ -59,7 +59,7 @@ func TestBrokerRefusal(t *testing.T) {
 
 	pub := newPublisher(t, broker.Config{URL: node.URL, Exchange: exchange})
 	b := setup(t, activities.Config{}, pub)
-	var logs testenv.Buffer
+	var logs ferrytest.Buffer
 	env := func() *testsuite.TestActivityEnvironment {
 		var s testsuite.WorkflowTestSuite
 		s.SetLogger(sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(&logs, nil))))
@@ -123,7 +123,7 @@ func TestBrokerRefusal(t *testing.T) {
 		// Known routing key: everything is pipelined, so messages before
 		// the refused one are still unconfirmed when the channel closes.
 		ctx := context.Background()
-		require.NoError(t, pub.Publish(ctx, broker.Message{ID: testenv.Name("warm"), RoutingKey: "k", Body: []byte(`{}`)}))
+		require.NoError(t, pub.Publish(ctx, broker.Message{ID: ferrytest.Name("warm"), RoutingKey: "k", Body: []byte(`{}`)}))
 		var msgs []broker.Message
 		for i := range 50 {
 			msgs = append(msgs, broker.Message{ID: fmt.Sprintf("small-%02d", i), RoutingKey: "k", Body: []byte(`{}`)})

@@ -11,15 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
+	"github.com/ferry-outbox/ferry/repairdb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -34,17 +35,11 @@ const (
 type RepairConfig struct {
 	// Pool reaches the outbox tables and ferry_repairs. Required.
 	Pool *pgxpool.Pool
-	// Publisher sends replays to RabbitMQ. Nil (a deployment without a
-	// broker): replays are refused, naming why.
-	Publisher *broker.Publisher
+	// Broker re-publishes replays: the publish path's broker target. Nil
+	// (a deployment without a broker): replays are refused, naming why.
+	Broker delivery.Target
 	// Metrics counts quarantines, repairs and replays; nil counts nothing.
 	Metrics *metrics.Metrics
-	// TracerProvider starts a replay's publish span. Default: the global
-	// provider.
-	TracerProvider trace.TracerProvider
-	// RoutingKey builds a replayed message's routing key, as the publish
-	// path's. Default "<aggregate_type>.<event_type>".
-	RoutingKey func(aggregateType, eventType string) string
 }
 
 // Repair holds what the aggregate workflow does with an event it cannot
@@ -62,7 +57,7 @@ func NewRepair(cfg RepairConfig) (*Repair, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("activities: RepairConfig.Pool is nil")
 	}
-	return &Repair{sender: newSender(cfg.Publisher, cfg.RoutingKey, cfg.TracerProvider), pool: cfg.Pool, metrics: cfg.Metrics}, nil
+	return &Repair{sender: sender{broker: cfg.Broker}, pool: cfg.Pool, metrics: cfg.Metrics}, nil
 }
 
 // Register registers the repair activities under their wire names.
@@ -78,17 +73,17 @@ func (a *Repair) Register(r Registry) {
 func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInput) error {
 	msg := pgtext.Truncate(fmt.Sprintf("quarantined (%s): %s", in.ErrorClass, in.Error), 1000)
 	if in.Epoch > 0 {
-		ok, err := outbox.QuarantineFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch, in.ErrorClass, msg)
+		ok, err := relaydb.QuarantineFenced(ctx, a.pool, in.EventID, in.AggregateType, in.AggregateID, in.Epoch, in.ErrorClass, msg)
 		if err != nil {
 			return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 		}
 		if !ok {
-			if owned, err := outbox.Owned(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch); err != nil || !owned {
+			if owned, err := relaydb.Owned(ctx, a.pool, in.AggregateType, in.AggregateID, in.Epoch); err != nil || !owned {
 				return lostOwnership("quarantining event "+in.EventID, in.AggregateType, in.AggregateID, in.Epoch)
 			}
 			// Owned, and the row is published: nothing to quarantine.
 		}
-	} else if err := outbox.Quarantine(ctx, a.pool, in.EventID, in.ErrorClass, msg); err != nil {
+	} else if err := relaydb.Quarantine(ctx, a.pool, in.EventID, in.ErrorClass, msg); err != nil {
 		return fmt.Errorf("quarantine event %s: %w", in.EventID, err)
 	}
 	a.metrics.Quarantined(in.EventType, in.ErrorClass)
@@ -98,7 +93,7 @@ func (a *Repair) QuarantineEvent(ctx context.Context, in workflows.QuarantineInp
 // findRepair looks requestID up in the audit: found, it fills res as the
 // earlier answer (AuditID, Duplicate) and reports true.
 func findRepair(ctx context.Context, tx pgx.Tx, requestID string, res *workflows.RepairResult) (bool, error) {
-	id, err := outbox.FindRepair(ctx, tx, requestID)
+	id, err := repairdb.FindRepair(ctx, tx, requestID)
 	switch {
 	case err == nil:
 		res.AuditID, res.Duplicate = id, true
@@ -121,7 +116,7 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 			return err
 		}
 		if in.Epoch > 0 {
-			owned, err := outbox.LockOwner(ctx, tx, in.AggregateType, in.AggregateID, in.Epoch)
+			owned, err := relaydb.LockOwner(ctx, tx, in.AggregateType, in.AggregateID, in.Epoch)
 			if err != nil {
 				return fmt.Errorf("lock the owner of %s/%s: %w", in.AggregateType, in.AggregateID, err)
 			}
@@ -129,7 +124,7 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 				return lostOwnership("repair of event "+req.EventID, in.AggregateType, in.AggregateID, in.Epoch)
 			}
 		}
-		ev, err := outbox.LockForRepair(ctx, tx, req.EventID)
+		ev, err := repairdb.LockForRepair(ctx, tx, req.EventID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("event %s is not in outbox_events", req.EventID), ErrTypeInvalidRepair, nil)
 		}
@@ -143,9 +138,9 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 		newPayload, newSchema := ev.Payload, ev.SchemaVersion
 		switch req.Action {
 		case workflows.ActionSkip, "policy-skip":
-			err = outbox.Skip(ctx, tx, req.EventID)
+			err = repairdb.Skip(ctx, tx, req.EventID)
 		case workflows.ActionRetry:
-			err = outbox.Retry(ctx, tx, req.EventID)
+			err = repairdb.Retry(ctx, tx, req.EventID)
 		case workflows.ActionPatch:
 			if len(req.Payload) > 0 {
 				if verr := outbox.ValidatePayload(req.Payload, outbox.DefaultMaxPayloadBytes); verr != nil {
@@ -156,18 +151,18 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 			if req.SchemaVersion > 0 {
 				newSchema = req.SchemaVersion
 			}
-			if err = outbox.Patch(ctx, tx, req.EventID, newPayload, newSchema); err != nil {
+			if err = repairdb.Patch(ctx, tx, req.EventID, newPayload, newSchema); err != nil {
 				break
 			}
 			// Read back the stored form, so the digest is of what jsonb keeps.
-			newPayload, err = outbox.StoredPayload(ctx, tx, req.EventID)
+			newPayload, err = repairdb.StoredPayload(ctx, tx, req.EventID)
 		default:
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("action %q is not a repair", req.Action), ErrTypeInvalidRepair, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("%s event %s: %w", req.Action, req.EventID, err)
 		}
-		res.AuditID, err = outbox.InsertRepair(ctx, tx, repairAudit(req, ev, newPayload, newSchema))
+		res.AuditID, err = repairdb.InsertRepair(ctx, tx, repairAudit(req, ev, newPayload, newSchema))
 		return err
 	})
 	if err != nil {
@@ -196,14 +191,14 @@ func (a *Repair) ApplyRepair(ctx context.Context, in workflows.RepairInput) (wor
 // the message id consumers deduplicate by.) A row whose payload retention
 // blanked is refused: there is nothing left to replay.
 func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput) error {
-	_, err := outbox.FindRepair(ctx, a.pool, in.RequestID)
+	_, err := repairdb.FindRepair(ctx, a.pool, in.RequestID)
 	if err == nil {
 		return nil // done before, even if the row is gone since
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("look up request %s: %w", in.RequestID, err)
 	}
-	if a.target == nil {
+	if a.broker == nil {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"event %s: replay re-publishes to RabbitMQ, and this worker has no broker (Config.NoBroker; ferry: --no-broker): nothing was published", in.EventID),
 			ErrTypeNotReplayable, nil)
@@ -224,7 +219,7 @@ func (a *Repair) ReplayEvent(ctx context.Context, in workflows.ReplayEventInput)
 	}
 	d := digest(string(ev.Payload))
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		inserted, err := outbox.InsertReplay(ctx, tx, outbox.Audit{RequestID: in.RequestID, Actor: in.Actor, Action: "replay", EventID: in.EventID,
+		inserted, err := repairdb.InsertReplay(ctx, tx, repairdb.Audit{RequestID: in.RequestID, Actor: in.Actor, Action: "replay", EventID: in.EventID,
 			AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Version: ev.Version, Reason: in.Reason,
 			PayloadSHA256Before: d, PayloadSHA256After: d, SchemaVersionBefore: int(ev.SchemaVersion), SchemaVersionAfter: int(ev.SchemaVersion)})
 		if err != nil {
@@ -266,9 +261,9 @@ func blanked(payload []byte) bool {
 // pending and are claimed again once ReleaseHeld ran, or after
 // workflows.HoldInterval.
 func (a *Repair) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
-	msg := fmt.Sprintf("%saggregate blocked at event %s; claimed again after its repair", outbox.HeldPrefix, in.BlockedEventID)
+	msg := fmt.Sprintf("%saggregate blocked at event %s; claimed again after its repair", relaydb.HeldPrefix, in.BlockedEventID)
 	if in.Epoch > 0 {
-		ok, err := outbox.HoldFenced(ctx, a.pool, in.EventIDs, in.AggregateType, in.AggregateID, in.Epoch, workflows.HoldInterval, msg)
+		ok, err := relaydb.HoldFenced(ctx, a.pool, in.EventIDs, in.AggregateType, in.AggregateID, in.Epoch, workflows.HoldInterval, msg)
 		if err != nil {
 			return fmt.Errorf("hold %d events of %s/%s: %w", len(in.EventIDs), in.AggregateType, in.AggregateID, err)
 		}
@@ -277,7 +272,7 @@ func (a *Repair) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
 		}
 		return nil
 	}
-	if err := outbox.Hold(ctx, a.pool, in.EventIDs, workflows.HoldInterval, msg); err != nil {
+	if err := relaydb.Hold(ctx, a.pool, in.EventIDs, workflows.HoldInterval, msg); err != nil {
 		return fmt.Errorf("hold %d events of %s/%s: %w", len(in.EventIDs), in.AggregateType, in.AggregateID, err)
 	}
 	return nil
@@ -285,7 +280,7 @@ func (a *Repair) HoldEvents(ctx context.Context, in workflows.HoldInput) error {
 
 // ReleaseHeld makes an aggregate's held events claimable at once.
 func (a *Repair) ReleaseHeld(ctx context.Context, in workflows.ReleaseHeldInput) error {
-	if err := outbox.ReleaseHeld(ctx, a.pool, in.AggregateType, in.AggregateID); err != nil {
+	if err := relaydb.ReleaseHeld(ctx, a.pool, in.AggregateType, in.AggregateID); err != nil {
 		return fmt.Errorf("release held events of %s/%s: %w", in.AggregateType, in.AggregateID, err)
 	}
 	return nil
@@ -293,8 +288,8 @@ func (a *Repair) ReleaseHeld(ctx context.Context, in workflows.ReleaseHeldInput)
 
 // repairAudit is the audit row of req applied to ev, which now holds
 // newPayload (stored form) and newSchema.
-func repairAudit(req workflows.RepairRequest, ev outbox.RepairTarget, newPayload string, newSchema int) outbox.Audit {
-	return outbox.Audit{RequestID: req.RequestID, Actor: req.Actor, Action: req.Action, EventID: req.EventID,
+func repairAudit(req workflows.RepairRequest, ev repairdb.RepairTarget, newPayload string, newSchema int) repairdb.Audit {
+	return repairdb.Audit{RequestID: req.RequestID, Actor: req.Actor, Action: req.Action, EventID: req.EventID,
 		AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, Version: ev.Version, Reason: req.Reason,
 		PayloadSHA256Before: digest(ev.Payload), PayloadSHA256After: digest(newPayload),
 		SchemaVersionBefore: ev.SchemaVersion, SchemaVersionAfter: newSchema}
@@ -325,7 +320,7 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 		if dup, err := findRepair(ctx, tx, req.RequestID, &res); dup || err != nil {
 			return err
 		}
-		ev, err := outbox.LockWithCursor(ctx, tx, req.EventID)
+		ev, err := repairdb.LockWithCursor(ctx, tx, req.EventID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: event %s is not in outbox_events", ErrInvalidRepair, req.EventID)
 		}
@@ -343,7 +338,7 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 				return fmt.Errorf("%w: event %s is %s/%s v%d, but v%d is not delivered yet: repair that one first, so no event is passed over",
 					ErrInvalidRepair, req.EventID, ev.AggregateType, ev.AggregateID, ev.Version, ev.Delivered+1)
 			}
-			err = outbox.Skip(ctx, tx, req.EventID)
+			err = repairdb.Skip(ctx, tx, req.EventID)
 		default:
 			if len(req.Payload) > 0 {
 				if verr := outbox.ValidatePayload(req.Payload, outbox.DefaultMaxPayloadBytes); verr != nil {
@@ -354,8 +349,8 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 			if req.SchemaVersion > 0 {
 				newSchema = req.SchemaVersion
 			}
-			if err = outbox.Requeue(ctx, tx, req.EventID, newPayload, newSchema); err == nil {
-				newPayload, err = outbox.StoredPayload(ctx, tx, req.EventID)
+			if err = repairdb.Requeue(ctx, tx, req.EventID, newPayload, newSchema); err == nil {
+				newPayload, err = repairdb.StoredPayload(ctx, tx, req.EventID)
 			}
 			if err == nil {
 				err = handRepairToWorkflow(ctx, tx, ev.AggregateType, ev.AggregateID)
@@ -364,7 +359,7 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 		if err != nil {
 			return fmt.Errorf("%s event %s: %w", req.Action, req.EventID, err)
 		}
-		res.AuditID, err = outbox.InsertRepair(ctx, tx, repairAudit(req, ev, newPayload, newSchema))
+		res.AuditID, err = repairdb.InsertRepair(ctx, tx, repairAudit(req, ev, newPayload, newSchema))
 		return err
 	})
 	if err != nil {
@@ -379,11 +374,11 @@ func RepairUnheld(ctx context.Context, pool *pgxpool.Pool, req workflows.RepairR
 // lane; the aggregate is the workflow's from the repair's transaction on.
 // The workflow lane needs nothing: every event goes to the workflow.
 func handRepairToWorkflow(ctx context.Context, tx pgx.Tx, aggregateType, aggregateID string) error {
-	lane, err := outbox.FleetLane(ctx, tx)
+	lane, err := relaydb.FleetLane(ctx, tx)
 	if err != nil || lane != poller.LanePublishFirst {
 		return err
 	}
-	_, err = outbox.HandToWorkflow(ctx, tx, aggregateType, aggregateID, metrics.CauseRepair)
+	_, err = relaydb.HandToWorkflow(ctx, tx, aggregateType, aggregateID, metrics.CauseRepair)
 	return err
 }
 

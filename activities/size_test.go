@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 )
 
 // jsonOf is a JSON string payload of exactly n bytes (as jsonb prints it).
@@ -18,7 +19,7 @@ func setupLimit(t *testing.T, limit int) *bundle {
 	t.Helper()
 	b := setup(t, activities.Config{}, nil)
 	pub := newPublisher(t, broker.Config{URL: b.mq.URL, Exchange: b.mq.Exchange, MaxMessageBytes: limit})
-	acts, err := activities.New(activities.Config{Pool: b.db.Pool, Publisher: pub})
+	acts, err := activities.New(activities.Config{Pool: b.db.Pool, Broker: newTarget(t, rabbitmq.Config{Publisher: pub})})
 	require.NoError(t, err)
 	b.acts = acts
 	return b

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/activities"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -15,7 +15,7 @@ import (
 // cursor moves past it) or re-queued by retry, audited once per request id.
 func TestRepairUnheld(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	v1, v2, v3 := insert(t, db.Pool, "order", "refused", row{}), insert(t, db.Pool, "order", "refused", row{}), insert(t, db.Pool, "order", "refused", row{})
 	_, err := db.Pool.Exec(ctx, `UPDATE outbox_events SET status = 'quarantined', attempts = 3, last_error = 'quarantined (TemporalRefused): x'`)

@@ -46,8 +46,19 @@ const DefaultHeartbeat = 10 * time.Second
 // default max_message_size (RabbitMQ 3 allowed 128 MiB).
 const DefaultMaxMessageBytes = 16 << 20
 
-// maxMessageBytesLimit is RabbitMQ's hard limit on max_message_size.
-const maxMessageBytesLimit = 512 << 20
+// MaxMessageBytesLimit is RabbitMQ's hard limit on max_message_size, the
+// most Config.MaxMessageBytes may be.
+const MaxMessageBytesLimit = 512 << 20
+
+// Defaults of Config, which package ferry's Config takes too.
+const (
+	DefaultExchange    = "ferry.events"
+	DefaultDialTimeout = 10 * time.Second
+)
+
+// ExchangePattern is what Config.Exchange matches: 1-255 letters, digits,
+// '_', '.', ':' or '-'.
+const ExchangePattern = `^[A-Za-z0-9_.:-]{1,255}$`
 
 // Message is one event on the wire.
 type Message struct {
@@ -174,20 +185,20 @@ func (s *session) noteRoute(key string, ok bool) {
 	}
 }
 
-var exchangeName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
+var exchangeName = regexp.MustCompile(ExchangePattern)
 
 // New validates cfg. It does not dial: the first Publish (or Connect) does.
 func New(cfg Config) (*Publisher, error) {
-	cfg.Exchange = cmp.Or(cfg.Exchange, "ferry.events")
-	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, 10*time.Second)
+	cfg.Exchange = cmp.Or(cfg.Exchange, DefaultExchange)
+	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, DefaultDialTimeout)
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, DefaultHeartbeat)
 	if cfg.Heartbeat < time.Second {
 		return nil, fmt.Errorf("broker: Config.Heartbeat %s: must be at least 1s", cfg.Heartbeat)
 	}
 	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes)
-	if cfg.MaxMessageBytes < 0 || cfg.MaxMessageBytes > maxMessageBytesLimit {
+	if cfg.MaxMessageBytes < 0 || cfg.MaxMessageBytes > MaxMessageBytesLimit {
 		return nil, fmt.Errorf("broker: Config.MaxMessageBytes %d: must be between 1 and %d (RabbitMQ's hard limit on max_message_size)",
-			cfg.MaxMessageBytes, maxMessageBytesLimit)
+			cfg.MaxMessageBytes, MaxMessageBytesLimit)
 	}
 	if cfg.URL == "" {
 		return nil, errors.New("broker: Config.URL is empty")

@@ -15,7 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 )
 
 func TestMain(m *testing.M) {
@@ -35,8 +36,8 @@ func newPublisher(t *testing.T, cfg broker.Config) *broker.Publisher {
 // what the Publisher must not do itself (queues, bindings).
 func adminChannel(t *testing.T) *amqp.Channel {
 	t.Helper()
-	conn, err := amqp.Dial(testenv.AMQPURL())
-	require.NoError(t, err, "RabbitMQ is required at %s", broker.Redact(testenv.AMQPURL()))
+	conn, err := amqp.Dial(ferrytest.AMQPURL())
+	require.NoError(t, err, "RabbitMQ is required at %s", broker.Redact(ferrytest.AMQPURL()))
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
@@ -47,7 +48,7 @@ func adminChannel(t *testing.T) *amqp.Channel {
 // declares it) and deletes it at cleanup.
 func freshExchange(t *testing.T, ch *amqp.Channel) string {
 	t.Helper()
-	name := testenv.Name("ferry.test.fresh")
+	name := ferrytest.Name("ferry.test.fresh")
 	t.Cleanup(func() { _ = ch.ExchangeDelete(name, false, false) })
 	return name
 }
@@ -55,7 +56,7 @@ func freshExchange(t *testing.T, ch *amqp.Channel) string {
 // boundQueue declares a queue bound to exchange with key, deleted at cleanup.
 func boundQueue(t *testing.T, ch *amqp.Channel, exchange, key string, args amqp.Table) string {
 	t.Helper()
-	q := testenv.Name("ferry.test.q")
+	q := ferrytest.Name("ferry.test.q")
 	_, err := ch.QueueDeclare(q, true, false, false, false, args)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = ch.QueueDelete(q, false, false, false) })
@@ -66,7 +67,7 @@ func boundQueue(t *testing.T, ch *amqp.Channel, exchange, key string, args amqp.
 // viaProxy is the test broker's URL with its host:port replaced by addr.
 func viaProxy(t *testing.T, addr string) string {
 	t.Helper()
-	u, err := url.Parse(testenv.AMQPURL())
+	u, err := url.Parse(ferrytest.AMQPURL())
 	require.NoError(t, err)
 	u.Host = addr
 	return u.String()
@@ -74,7 +75,7 @@ func viaProxy(t *testing.T, addr string) string {
 
 func amqpHostPort(t *testing.T) string {
 	t.Helper()
-	u, err := url.Parse(testenv.AMQPURL())
+	u, err := url.Parse(ferrytest.AMQPURL())
 	require.NoError(t, err)
 	if u.Port() == "" {
 		return u.Hostname() + ":5672"
@@ -88,11 +89,11 @@ func msg(id, key string) broker.Message {
 
 func TestPublishDeliversConfirmedMessage(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
+	b := ferrytest.NewBroker(t, "")
 	p := newPublisher(t, broker.Config{URL: b.URL, Exchange: b.Exchange})
 	ctx := context.Background()
 
-	id := testenv.Name("evt")
+	id := ferrytest.Name("evt")
 	ts := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	sent := broker.Message{
 		ID:         id,
@@ -130,11 +131,11 @@ func TestPublishUnroutable(t *testing.T) {
 	t.Parallel()
 	admin := adminChannel(t)
 	exchange := freshExchange(t, admin)
-	p := newPublisher(t, broker.Config{URL: testenv.AMQPURL(), Exchange: exchange})
+	p := newPublisher(t, broker.Config{URL: ferrytest.AMQPURL(), Exchange: exchange})
 	ctx := context.Background()
 
 	// The Publisher declares the exchange; nothing is bound to it.
-	err := p.Publish(ctx, msg(testenv.Name("evt"), "nobody.listens"))
+	err := p.Publish(ctx, msg(ferrytest.Name("evt"), "nobody.listens"))
 	require.ErrorIs(t, err, broker.ErrUnroutable)
 	require.ErrorContains(t, err, `"nobody.listens"`)
 	require.ErrorContains(t, err, exchange)
@@ -142,14 +143,14 @@ func TestPublishUnroutable(t *testing.T) {
 
 	// Binding a queue fixes it, on the same Publisher and connection.
 	q := boundQueue(t, admin, exchange, "somebody.listens", nil)
-	id := testenv.Name("evt")
+	id := ferrytest.Name("evt")
 	require.NoError(t, p.Publish(ctx, msg(id, "somebody.listens")))
 	d, ok, err := admin.Get(q, true)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, id, d.MessageId)
 
-	require.ErrorIs(t, p.Publish(ctx, msg(testenv.Name("evt"), "nobody.listens")), broker.ErrUnroutable)
+	require.ErrorIs(t, p.Publish(ctx, msg(ferrytest.Name("evt"), "nobody.listens")), broker.ErrUnroutable)
 }
 
 // Returns and confirms of concurrent publishes interleave on one channel:
@@ -158,13 +159,13 @@ func TestPublishConcurrentRoutableAndUnroutable(t *testing.T) {
 	t.Parallel()
 	admin := adminChannel(t)
 	exchange := freshExchange(t, admin)
-	p := newPublisher(t, broker.Config{URL: testenv.AMQPURL(), Exchange: exchange})
+	p := newPublisher(t, broker.Config{URL: ferrytest.AMQPURL(), Exchange: exchange})
 	ctx := context.Background()
 	require.NoError(t, p.Connect(ctx)) // declares the exchange
 	q := boundQueue(t, admin, exchange, "routed.#", nil)
 
 	const n = 50
-	prefix := testenv.Name("evt")
+	prefix := ferrytest.Name("evt")
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -207,11 +208,11 @@ func TestPublishNacked(t *testing.T) {
 	t.Parallel()
 	admin := adminChannel(t)
 	exchange := freshExchange(t, admin)
-	p := newPublisher(t, broker.Config{URL: testenv.AMQPURL(), Exchange: exchange})
+	p := newPublisher(t, broker.Config{URL: ferrytest.AMQPURL(), Exchange: exchange})
 	require.NoError(t, p.Connect(context.Background()))
 	boundQueue(t, admin, exchange, "full", amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"})
 
-	err := p.Publish(context.Background(), msg(testenv.Name("evt"), "full"))
+	err := p.Publish(context.Background(), msg(ferrytest.Name("evt"), "full"))
 	require.ErrorIs(t, err, broker.ErrNacked)
 	require.NotErrorIs(t, err, broker.ErrUnroutable)
 	require.NotErrorIs(t, err, broker.ErrUnavailable)
@@ -256,7 +257,7 @@ func TestNewDefaultsAndDoesNotDial(t *testing.T) {
 
 func TestDialErrorHidesPassword(t *testing.T) {
 	t.Parallel()
-	p := newPublisher(t, broker.Config{URL: "amqp://guest:secretpw@" + amqpHostPort(t) + "/", Exchange: testenv.Name("ferry.test")})
+	p := newPublisher(t, broker.Config{URL: "amqp://guest:secretpw@" + amqpHostPort(t) + "/", Exchange: ferrytest.Name("ferry.test")})
 	err := p.Connect(context.Background())
 	require.ErrorIs(t, err, broker.ErrUnavailable)
 	require.NotContains(t, err.Error(), "secretpw")
@@ -264,15 +265,15 @@ func TestDialErrorHidesPassword(t *testing.T) {
 
 func TestReconnectAfterDroppedConnection(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
-	proxy := testenv.NewProxy(t, amqpHostPort(t))
+	b := ferrytest.NewBroker(t, "")
+	proxy := servers.NewProxy(t, amqpHostPort(t))
 	p := newPublisher(t, broker.Config{URL: viaProxy(t, proxy.Addr()), Exchange: b.Exchange, DialTimeout: 5 * time.Second})
 	ctx := context.Background()
 
 	var delivered []string
 	publishOK := func() {
 		t.Helper()
-		id := testenv.Name("evt")
+		id := ferrytest.Name("evt")
 		require.NoError(t, p.Publish(ctx, msg(id, "k")))
 		delivered = append(delivered, id)
 	}
@@ -282,7 +283,7 @@ func TestReconnectAfterDroppedConnection(t *testing.T) {
 		proxy.DropConnections()
 		// The first Publish may still use the broken connection; it must
 		// then fail as retryable, and the one after it must redial.
-		id := testenv.Name("evt")
+		id := ferrytest.Name("evt")
 		if err := p.Publish(ctx, msg(id, "k")); err != nil {
 			require.ErrorIs(t, err, broker.ErrUnavailable)
 		} else {
@@ -304,15 +305,15 @@ func TestReconnectAfterDroppedConnection(t *testing.T) {
 // which would claim the broker refused the message).
 func TestConnectionLostBeforeConfirm(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
-	proxy := testenv.NewProxy(t, amqpHostPort(t))
+	b := ferrytest.NewBroker(t, "")
+	proxy := servers.NewProxy(t, amqpHostPort(t))
 	p := newPublisher(t, broker.Config{URL: viaProxy(t, proxy.Addr()), Exchange: b.Exchange, DialTimeout: 5 * time.Second})
 	ctx := context.Background()
 	require.NoError(t, p.Connect(ctx))
 
 	proxy.Stall()
 	done := make(chan error, 1)
-	go func() { done <- p.Publish(ctx, msg(testenv.Name("evt"), "k")) }()
+	go func() { done <- p.Publish(ctx, msg(ferrytest.Name("evt"), "k")) }()
 
 	// Wait until the publish is on the wire (held by the proxy), then cut.
 	deadline := time.Now().Add(5 * time.Second)
@@ -333,32 +334,32 @@ func TestConnectionLostBeforeConfirm(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		require.FailNow(t, "Publish did not return after its connection was dropped")
 	}
-	require.NoError(t, p.Publish(ctx, msg(testenv.Name("evt"), "k")))
+	require.NoError(t, p.Publish(ctx, msg(ferrytest.Name("evt"), "k")))
 }
 
 func TestBrokerOutage(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
-	proxy := testenv.NewProxy(t, amqpHostPort(t))
+	b := ferrytest.NewBroker(t, "")
+	proxy := servers.NewProxy(t, amqpHostPort(t))
 	const dialTimeout = 3 * time.Second
 	p := newPublisher(t, broker.Config{URL: viaProxy(t, proxy.Addr()), Exchange: b.Exchange, DialTimeout: dialTimeout})
 	ctx := context.Background()
 
-	require.NoError(t, p.Publish(ctx, msg(testenv.Name("evt"), "k")))
+	require.NoError(t, p.Publish(ctx, msg(ferrytest.Name("evt"), "k")))
 
 	proxy.Pause()
 	// The first attempt may hit the dead connection, the second surely dials
 	// and is refused. Both fail fast and retryably.
 	for range 2 {
 		start := time.Now()
-		err := p.Publish(ctx, msg(testenv.Name("evt"), "k"))
+		err := p.Publish(ctx, msg(ferrytest.Name("evt"), "k"))
 		require.ErrorIs(t, err, broker.ErrUnavailable)
 		require.Less(t, time.Since(start), dialTimeout)
 	}
 	require.ErrorIs(t, p.Connect(ctx), broker.ErrUnavailable)
 
 	proxy.Resume()
-	id := testenv.Name("evt")
+	id := ferrytest.Name("evt")
 	require.NoError(t, p.Publish(ctx, msg(id, "k")))
 
 	got := b.Collect(t, 2, 10*time.Second)
@@ -370,28 +371,28 @@ func TestBrokerOutage(t *testing.T) {
 // up after DialTimeout instead of hanging.
 func TestDialTimeoutOnHungBroker(t *testing.T) {
 	t.Parallel()
-	proxy := testenv.NewProxy(t, amqpHostPort(t))
+	proxy := servers.NewProxy(t, amqpHostPort(t))
 	proxy.Stall()
 	const dialTimeout = 500 * time.Millisecond
-	p := newPublisher(t, broker.Config{URL: viaProxy(t, proxy.Addr()), Exchange: testenv.Name("ferry.test"), DialTimeout: dialTimeout})
+	p := newPublisher(t, broker.Config{URL: viaProxy(t, proxy.Addr()), Exchange: ferrytest.Name("ferry.test"), DialTimeout: dialTimeout})
 
 	start := time.Now()
-	err := p.Publish(context.Background(), msg(testenv.Name("evt"), "k"))
+	err := p.Publish(context.Background(), msg(ferrytest.Name("evt"), "k"))
 	require.ErrorIs(t, err, broker.ErrUnavailable)
 	require.Less(t, time.Since(start), dialTimeout+2*time.Second)
 }
 
 func TestClose(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
+	b := ferrytest.NewBroker(t, "")
 	p, err := broker.New(broker.Config{URL: b.URL, Exchange: b.Exchange})
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.NoError(t, p.Publish(ctx, msg(testenv.Name("evt"), "k")))
+	require.NoError(t, p.Publish(ctx, msg(ferrytest.Name("evt"), "k")))
 
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close())
-	require.ErrorIs(t, p.Publish(ctx, msg(testenv.Name("evt"), "k")), broker.ErrClosed)
+	require.ErrorIs(t, p.Publish(ctx, msg(ferrytest.Name("evt"), "k")), broker.ErrClosed)
 	require.ErrorIs(t, p.Connect(ctx), broker.ErrClosed)
 
 	// Never connected: Close is a no-op, and idempotent too.
@@ -399,7 +400,7 @@ func TestClose(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Close())
 	require.NoError(t, q.Close())
-	require.True(t, errors.Is(q.Publish(ctx, msg(testenv.Name("evt"), "k")), broker.ErrClosed))
+	require.True(t, errors.Is(q.Publish(ctx, msg(ferrytest.Name("evt"), "k")), broker.ErrClosed))
 }
 
 func TestRedact(t *testing.T) {
@@ -433,12 +434,12 @@ func TestRedact(t *testing.T) {
 // confirm is awaited, and they arrive in the order given.
 func TestPublishBatchInOrder(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
+	b := ferrytest.NewBroker(t, "")
 	p := newPublisher(t, broker.Config{URL: b.URL, Exchange: b.Exchange})
 
 	var msgs []broker.Message
 	for i := range 150 {
-		msgs = append(msgs, msg(fmt.Sprintf("%s-%03d", testenv.Name("evt"), i), "order.placed"))
+		msgs = append(msgs, msg(fmt.Sprintf("%s-%03d", ferrytest.Name("evt"), i), "order.placed"))
 	}
 	n, err := p.PublishBatch(context.Background(), msgs)
 	require.NoError(t, err)
@@ -467,18 +468,18 @@ func TestPublishBatchStopsAtFirstFailure(t *testing.T) {
 	t.Parallel()
 	admin := adminChannel(t)
 	exchange := freshExchange(t, admin)
-	p := newPublisher(t, broker.Config{URL: testenv.AMQPURL(), Exchange: exchange})
+	p := newPublisher(t, broker.Config{URL: ferrytest.AMQPURL(), Exchange: exchange})
 	ctx := context.Background()
 	require.NoError(t, p.Connect(ctx)) // declares the exchange
 	q := boundQueue(t, admin, exchange, "somebody.listens", nil)
 
 	// Warm up the route, so the batch below pipelines this key.
-	require.NoError(t, p.Publish(ctx, msg(testenv.Name("warm"), "somebody.listens")))
+	require.NoError(t, p.Publish(ctx, msg(ferrytest.Name("warm"), "somebody.listens")))
 	_, ok, err := admin.Get(q, true)
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	first, second, bad, later := testenv.Name("a"), testenv.Name("b"), testenv.Name("c"), testenv.Name("d")
+	first, second, bad, later := ferrytest.Name("a"), ferrytest.Name("b"), ferrytest.Name("c"), ferrytest.Name("d")
 	n, err := p.PublishBatch(ctx, []broker.Message{
 		msg(first, "somebody.listens"),
 		msg(second, "somebody.listens"),

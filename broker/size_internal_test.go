@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 func body(n int) []byte { return []byte(`"` + strings.Repeat("x", n-2) + `"`) }
@@ -19,7 +19,7 @@ func body(n int) []byte { return []byte(`"` + strings.Repeat("x", n-2) + `"`) }
 // the messages before it in a batch are published, none after it.
 func TestTooLargeIsRefusedUnsentAndKeepsTheSession(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
+	b := ferrytest.NewBroker(t, "")
 	p, err := New(Config{URL: b.URL, Exchange: b.Exchange, MaxMessageBytes: 1024})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
@@ -54,7 +54,7 @@ func TestTooLargeIsRefusedUnsentAndKeepsTheSession(t *testing.T) {
 // rather than passing for an outage.
 func TestTooLargeWithoutABroker(t *testing.T) {
 	t.Parallel()
-	p, err := New(Config{URL: "amqp://guest:guest@" + testenv.ClosedAddr(t) + "/", MaxMessageBytes: 1024})
+	p, err := New(Config{URL: "amqp://guest:guest@" + ferrytest.ClosedAddr(t) + "/", MaxMessageBytes: 1024})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	err = p.Publish(context.Background(), Message{ID: "big", Body: body(1025)})
@@ -69,7 +69,7 @@ func TestTooLargeWithoutABroker(t *testing.T) {
 // 404 NOT_FOUND.
 func TestChannelExceptionKeepsTheConnection(t *testing.T) {
 	t.Parallel()
-	b := testenv.RabbitMQ(t)
+	b := ferrytest.NewBroker(t, "")
 	p, err := New(Config{URL: b.URL, Exchange: b.Exchange})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })

@@ -20,6 +20,8 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/consumer"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -34,18 +36,18 @@ func TestMain(m *testing.M) {
 // that can cut the consumer's connections.
 type env struct {
 	t      *testing.T
-	db     *testenv.DB
-	broker *testenv.Broker
-	proxy  *testenv.Proxy
+	db     *ferrytest.DB
+	broker *ferrytest.Broker
+	proxy  *servers.Proxy
 	queue  string
 	inbox  *inbox.Inbox
 	ch     *amqp.Channel // the test's own channel, in confirm mode
-	logs   *testenv.Buffer
+	logs   *ferrytest.Buffer
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	_, err := inbox.Migrate(t.Context(), db.Pool, nil)
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(t.Context(), `CREATE TABLE effects (event_id text NOT NULL, aggregate_id text NOT NULL,
@@ -54,19 +56,19 @@ func setup(t *testing.T) *env {
 	in, err := inbox.New(inbox.Config{Pool: db.Pool, Consumer: "inventory"})
 	require.NoError(t, err)
 
-	b := testenv.RabbitMQ(t)
+	b := ferrytest.NewBroker(t, "")
 	u, err := url.Parse(b.URL)
 	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, u.Host)
+	proxy := servers.NewProxy(t, u.Host)
 
 	conn, err := amqp.Dial(b.URL)
 	require.NoError(t, err)
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.Confirm(false))
-	e := &env{t: t, db: db, broker: b, proxy: proxy, queue: testenv.Name("ferry.consumer"), inbox: in, ch: ch, logs: &testenv.Buffer{}}
+	e := &env{t: t, db: db, broker: b, proxy: proxy, queue: ferrytest.Name("ferry.consumer"), inbox: in, ch: ch, logs: &ferrytest.Buffer{}}
 	t.Cleanup(func() {
-		testenv.DeleteConsumerTopology(ch, e.queue)
+		ferrytest.DeleteConsumerTopology(ch, e.queue)
 		_ = conn.Close()
 	})
 	return e
@@ -543,7 +545,7 @@ func TestDeclareReportsAConflictingQueue(t *testing.T) {
 
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	in, err := inbox.New(inbox.Config{Pool: testenv.Postgres(t).Pool, Consumer: "c"})
+	in, err := inbox.New(inbox.Config{Pool: ferrytest.NewDB(t, "").Pool, Consumer: "c"})
 	require.NoError(t, err)
 	valid := func() consumer.Config {
 		return consumer.Config{URL: "amqp://127.0.0.1/", Queue: "q", Bindings: []string{"order.*"}, Inbox: in, Handler: record}

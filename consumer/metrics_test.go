@@ -15,15 +15,15 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/consumer"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/inbox"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 )
 
 // value reads the one series of name in reg whose labels include labels.
 func value(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	s := testenv.Series(t, reg, name, labels)
+	s := ferrytest.Series(t, reg, name, labels)
 	require.Len(t, s, 1, "%s%v", name, labels)
 	return s[0].Value
 }
@@ -84,7 +84,7 @@ func TestMetricsCountOutcomesLagAndDepth(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_events_total", who(map[string]string{"outcome": "quarantined"})))
 	require.Equal(t, 1.0, value(t, reg, "ferry_consumer_dead_lettered_total", who(map[string]string{"cause": consumer.CauseSchema})))
 
-	lag := testenv.Series(t, reg, "ferry_consumer_lag_seconds", who(nil))
+	lag := ferrytest.Series(t, reg, "ferry_consumer_lag_seconds", who(nil))
 	require.Len(t, lag, 1)
 	require.Equal(t, uint64(2), lag[0].Count, "one lag sample per applied event, none for the duplicate")
 	require.GreaterOrEqual(t, lag[0].Sum, 6.0, "each at least the 3s since the commit")
@@ -97,7 +97,7 @@ func TestMetricsCountOutcomesLagAndDepth(t *testing.T) {
 	require.Equal(t, 0.0, value(t, reg, "ferry_consumer_queue_scrape_error", who(nil)))
 
 	c.Stop()
-	require.Empty(t, testenv.Series(t, reg, "ferry_consumer_queue_messages", nil), "a stopped consumer's queues are not read")
+	require.Empty(t, ferrytest.Series(t, reg, "ferry_consumer_queue_messages", nil), "a stopped consumer's queues are not read")
 }
 
 // A nil *metrics.Consumer counts nothing and does not panic.
@@ -135,7 +135,7 @@ func TestModuleUsesTheGraphsMetrics(t *testing.T) {
 	e.publish(order("a", "1", 1))
 	e.waitEffects("a@v1")
 	require.Eventually(t, func() bool {
-		s := testenv.Series(t, reg, "ferry_consumer_events_total", map[string]string{"consumer": "inventory", "outcome": "applied"})
+		s := ferrytest.Series(t, reg, "ferry_consumer_events_total", map[string]string{"consumer": "inventory", "outcome": "applied"})
 		return len(s) == 1 && s[0].Value == 1
 	}, 10*time.Second, 10*time.Millisecond)
 }
@@ -178,7 +178,7 @@ func TestDelayedEventsLagFromTheirDueTime(t *testing.T) {
 	e.waitEffects("delayed@v1")
 	require.Eventually(t, func() bool { return slices.Contains(res.outcomes(), "bad-due@v1:quarantined") }, 15*time.Second, 10*time.Millisecond)
 
-	lag := testenv.Series(t, reg, "ferry_consumer_lag_seconds", map[string]string{"consumer": "inventory"})
+	lag := ferrytest.Series(t, reg, "ferry_consumer_lag_seconds", map[string]string{"consumer": "inventory"})
 	require.Len(t, lag, 1)
 	require.Equal(t, uint64(1), lag[0].Count)
 	require.Less(t, lag[0].Sum, 30.0, "lag from the due time (~1s ago), not the commit a minute ago")

@@ -2,18 +2,16 @@ package delivery
 
 import (
 	"context"
-	"fmt"
-	"regexp"
-	"strings"
+	"errors"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Event is one outbox row on its way out.
 type Event struct {
 	// ID is the event id: the message id consumers deduplicate by.
 	ID  string
-	Row outbox.PublishRow
+	Row relaydb.PublishRow
 }
 
 // Target sends events of one aggregate, in the order given, and reports
@@ -24,35 +22,27 @@ type Target interface {
 	Publish(ctx context.Context, events []Event) (confirmed int, err error)
 }
 
-// DefaultRoutingKeyTemplate is the routing key of DefaultRoutingKey as a
-// template.
-const DefaultRoutingKeyTemplate = "{aggregate_type}.{event_type}"
-
-// DefaultRoutingKey is "<aggregate_type>.<event_type>".
-func DefaultRoutingKey(aggregateType, eventType string) string {
-	return aggregateType + "." + eventType
-}
-
-var templateText = regexp.MustCompile(`^[A-Za-z0-9_.:-]*$`)
-
-// RoutingKeyTemplate turns a template such as "events.{aggregate_type}" into
-// a routing key function. It knows {aggregate_type} and {event_type}; the
-// rest must be plain routing-key text.
-func RoutingKeyTemplate(tmpl string) (func(aggregateType, eventType string) string, error) {
-	if tmpl == "" {
-		return nil, fmt.Errorf("routing key template is empty: use e.g. %q", DefaultRoutingKeyTemplate)
-	}
-	rest := strings.NewReplacer("{aggregate_type}", "", "{event_type}", "").Replace(tmpl)
-	if !templateText.MatchString(rest) {
-		return nil, fmt.Errorf("routing key template %q: only {aggregate_type}, {event_type}, letters, digits, '_', '.', ':' and '-' are allowed", tmpl)
-	}
-	if len(tmpl) > 255 {
-		return nil, fmt.Errorf("routing key template %q: longer than AMQP's 255 bytes", tmpl)
-	}
-	if tmpl == DefaultRoutingKeyTemplate {
-		return DefaultRoutingKey, nil
-	}
-	return func(aggregateType, eventType string) string {
-		return strings.NewReplacer("{aggregate_type}", aggregateType, "{event_type}", eventType).Replace(tmpl)
-	}, nil
-}
+// The classes of a broker target's failures (package rabbitmq translates
+// its broker's errors into them, keeping the broker's message and error
+// in the chain). The callers classify by them: an activity's error type,
+// the lane's handoff cause.
+var (
+	// ErrUnroutable: no queue is bound for the routing key, so the broker
+	// returned the message. Not retryable until someone binds a queue; the
+	// caller decides whether to wait.
+	ErrUnroutable = errors.New("message returned unroutable")
+	// ErrNacked: the broker refused to take responsibility for the
+	// message. Retryable.
+	ErrNacked = errors.New("message nacked by broker")
+	// ErrUnavailable: the broker could not be reached, or the connection
+	// broke before the confirm. Retryable; the message may or may not have
+	// been queued (at-least-once: a retry can duplicate it).
+	ErrUnavailable = errors.New("broker unavailable")
+	// ErrTooLarge: the message is larger than the target sends, so it was
+	// not sent. Not retryable: the same message never fits.
+	ErrTooLarge = errors.New("message too large")
+	// ErrRefused: the broker refused this message (RabbitMQ: a channel
+	// exception such as 406 PRECONDITION_FAILED). Not retryable: it
+	// refuses the same message again.
+	ErrRefused = errors.New("message refused by broker")
+)

@@ -3,13 +3,16 @@
 // signals-with-start one, from inside Ferry's publish activities, so a
 // workflow start is as durable as the business rows it was committed with.
 //
-// It owns three things:
+// It owns four things:
 //
 //   - the route syntax and its validation (Parse, NewRouter): which event
 //     types go to which workflows, under which workflow ID template;
 //   - the Envelope, the documented, versioned input every destination
 //     receives (Go type and JSON shape, readable from any Temporal SDK);
-//   - Dedup, the helper a receiving Go workflow keeps to drop a repeat.
+//   - Dedup, the helper a receiving Go workflow keeps to drop a repeat;
+//   - delivery: Sender starts or signals one workflow, and Target, a
+//     delivery.Target beside the RabbitMQ one, sends an event to every
+//     destination of its type (the publish activities call it).
 //
 // Delivery is at-least-once from Ferry's side and exactly-once as far as
 // Temporal can tell: a start uses a workflow ID derived from the event (a

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
@@ -27,9 +28,9 @@ func TestMain(m *testing.M) {
 // setup gives a test its own schema with the outbox and the inbox tables
 // (they share a database in `ferry dev`), a business table the handlers
 // write to, and an Inbox with defaults.
-func setup(t *testing.T, ordering inbox.Ordering) (*testenv.DB, *inbox.Inbox) {
+func setup(t *testing.T, ordering inbox.Ordering) (*ferrytest.DB, *inbox.Inbox) {
 	t.Helper()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	_, err := inbox.Migrate(t.Context(), db.Pool, nil)
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(t.Context(), `CREATE TABLE effects (event_id text NOT NULL, version bigint NOT NULL, seq serial)`)
@@ -52,7 +53,7 @@ func event(id string, version int64) inbox.Event {
 
 // effects lists the applied (event id, version) pairs in the order they
 // committed.
-func effects(t *testing.T, db *testenv.DB) []string {
+func effects(t *testing.T, db *ferrytest.DB) []string {
 	t.Helper()
 	rows, err := db.Pool.Query(t.Context(), `SELECT event_id || '@v' || version FROM effects ORDER BY seq`)
 	require.NoError(t, err)
@@ -92,7 +93,7 @@ func TestNewValidatesConfig(t *testing.T) {
 // to them, once, however many processes run Migrate at the same moment.
 func TestMigrateConcurrentlyNextToTheOutbox(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ms, err := inbox.Migrations()
 	require.NoError(t, err)
 	require.NotEmpty(t, ms)
@@ -277,7 +278,7 @@ func (d *deleteTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.Tr
 	}
 }
 
-func seedProcessed(t *testing.T, db *testenv.DB, consumer string, n int, age time.Duration) {
+func seedProcessed(t *testing.T, db *ferrytest.DB, consumer string, n int, age time.Duration) {
 	t.Helper()
 	_, err := db.Pool.Exec(t.Context(), `
 		INSERT INTO inbox_processed_events (consumer_name, event_id, aggregate_type, aggregate_id, aggregate_version, event_type, processed_at)
@@ -286,7 +287,7 @@ func seedProcessed(t *testing.T, db *testenv.DB, consumer string, n int, age tim
 	require.NoError(t, err)
 }
 
-func countProcessed(t *testing.T, db *testenv.DB, consumer string) int {
+func countProcessed(t *testing.T, db *ferrytest.DB, consumer string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM inbox_processed_events WHERE consumer_name = $1`, consumer).Scan(&n))
@@ -319,8 +320,8 @@ func TestCleanerDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 	n, err := c.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, 2500, n)
-	require.Equal(t, 2500.0, testenv.Sample(t, reg, "ferry_inbox_cleaned_rows_total", nil), "cleanup progress on /metrics")
-	require.GreaterOrEqual(t, testenv.Sample(t, reg, "ferry_inbox_cleaned_timestamp_seconds", nil), float64(before))
+	require.Equal(t, 2500.0, ferrytest.Sample(t, reg, "ferry_inbox_cleaned_rows_total", nil), "cleanup progress on /metrics")
+	require.GreaterOrEqual(t, ferrytest.Sample(t, reg, "ferry_inbox_cleaned_timestamp_seconds", nil), float64(before))
 	require.Equal(t, []int64{1000, 1000, 500}, tracer.batches)
 	require.Equal(t, 10, countProcessed(t, db, "test"), "rows inside the retention stay")
 	require.Equal(t, 5, countProcessed(t, db, "other"), "another consumer's rows are its own cleaner's")
@@ -334,7 +335,7 @@ func TestCleanerDeletesExpiredRowsInBoundedBatches(t *testing.T) {
 // still has a timestamp to age on, so the stall alert can fire.
 func TestCleanerThatNeverFinishesARoundStillAges(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t) // the outbox's schema only
+	db := ferrytest.NewDB(t, "") // the outbox's schema only
 	reg := prometheus.NewRegistry()
 	m, err := metrics.NewConsumer(reg)
 	require.NoError(t, err)
@@ -346,9 +347,9 @@ func TestCleanerThatNeverFinishesARoundStillAges(t *testing.T) {
 	before := time.Now().Unix()
 	require.NoError(t, c.Start(t.Context()))
 	t.Cleanup(c.Stop)
-	started := testenv.Sample(t, reg, "ferry_inbox_cleaned_timestamp_seconds", nil)
+	started := ferrytest.Sample(t, reg, "ferry_inbox_cleaned_timestamp_seconds", nil)
 	require.GreaterOrEqual(t, started, float64(before))
-	require.Zero(t, testenv.Sample(t, reg, "ferry_inbox_cleaned_rows_total", nil))
+	require.Zero(t, ferrytest.Sample(t, reg, "ferry_inbox_cleaned_rows_total", nil))
 }
 
 // Only one runner cleans at a time: while another holds the lock, a round

@@ -3,7 +3,7 @@
 // is met by *Relay, consumer.Metrics and inbox.CleanerMetrics by *Consumer;
 // *Metrics and *Maintenance count quarantines, repairs and maintenance), a
 // collector that reads the outbox's backlog at scrape time through package
-// outbox's queries, and, apart from all of them (server.go), the /metrics
+// relaydb's queries, and, apart from all of them (server.go), the /metrics
 // HTTP server for a process without a registry of its own.
 //
 // The effect activities define their own counters (effects/email,

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // laneCollector reads who owns aggregates at scrape time (the
@@ -45,7 +45,7 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n, err := outbox.ReadLaneCounts(ctx, c.pool)
+	n, err := relaydb.ReadLaneCounts(ctx, c.pool)
 	if err != nil {
 		return
 	}

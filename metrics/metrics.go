@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Metrics are the counters Ferry's components increment. A nil *Metrics is
@@ -145,7 +145,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	failed := 0.0
-	backlog, err := outbox.ReadBacklog(ctx, c.pool)
+	backlog, err := relaydb.ReadBacklog(ctx, c.pool)
 	for _, b := range backlog {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, float64(b.Count), b.AggregateType, b.Status)
 		if b.Status == "delayed" {
@@ -156,15 +156,15 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var size int64
 	if err == nil {
-		size, err = outbox.TableBytes(ctx, c.pool)
+		size, err = relaydb.TableBytes(ctx, c.pool)
 	}
-	var health outbox.TableHealth
+	var health relaydb.TableHealth
 	if err == nil {
-		health, err = outbox.ReadTableHealth(ctx, c.pool)
+		health, err = relaydb.ReadTableHealth(ctx, c.pool)
 	}
-	var retention outbox.RetentionRecord
+	var retention relaydb.RetentionRecord
 	if err == nil {
-		retention, err = outbox.ReadRetention(ctx, c.pool)
+		retention, err = relaydb.ReadRetention(ctx, c.pool)
 	}
 	if err != nil {
 		failed = 1

@@ -8,8 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // timing is what the schema made of a row's delay: when it becomes
@@ -18,7 +19,7 @@ import (
 // reads as a very negative number).
 type timing struct{ claimable, after int }
 
-func timingOf(t *testing.T, db *testenv.DB, id uuid.UUID) timing {
+func timingOf(t *testing.T, db *ferrytest.DB, id uuid.UUID) timing {
 	t.Helper()
 	var tm timing
 	require.NoError(t, db.Pool.QueryRow(t.Context(), `
@@ -217,9 +218,9 @@ func TestBacklogCountsDelayedRowsApart(t *testing.T) {
 	_, err = db.Pool.Exec(t.Context(), `UPDATE outbox_events SET deliver_after = now() - interval '2 minutes' WHERE aggregate_type = 'invoice'`)
 	require.NoError(t, err)
 
-	backlog, err := outbox.ReadBacklog(t.Context(), db.Pool)
+	backlog, err := relaydb.ReadBacklog(t.Context(), db.Pool)
 	require.NoError(t, err)
-	got := map[string]outbox.Backlog{}
+	got := map[string]relaydb.Backlog{}
 	for _, b := range backlog {
 		got[b.AggregateType+"/"+b.Status] = b
 	}
@@ -241,13 +242,13 @@ func TestPublishRowDueAtIsTheLaterOfCommitAndDeliverAfter(t *testing.T) {
 	ctx := t.Context()
 	d := commit(t, db, w, delayed("order", "a", time.Hour))[0]
 	n := commit(t, db, w, event("order", "b"))[0]
-	rd, err := outbox.LoadForPublish(ctx, db.Pool, d.ID.String())
+	rd, err := relaydb.LoadForPublish(ctx, db.Pool, d.ID.String())
 	require.NoError(t, err)
 	require.WithinDuration(t, rd.CreatedAt.Add(time.Hour), rd.DueAt, 5*time.Second, "the delayed row is due in an hour")
-	rn, err := outbox.LoadForPublish(ctx, db.Pool, n.ID.String())
+	rn, err := relaydb.LoadForPublish(ctx, db.Pool, n.ID.String())
 	require.NoError(t, err)
 	require.Equal(t, rn.CreatedAt, rn.DueAt, "a row without a delay is due at its commit")
-	many, err := outbox.LoadManyForPublish(ctx, db.Pool, []string{d.ID.String()})
+	many, err := relaydb.LoadManyForPublish(ctx, db.Pool, []string{d.ID.String()})
 	require.NoError(t, err)
 	require.Equal(t, rd.DueAt, many[d.ID.String()].DueAt)
 }

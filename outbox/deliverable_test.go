@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -74,7 +74,7 @@ func TestAggregateIDRuleIsTheTemporalClients(t *testing.T) {
 		}
 		return err
 	}
-	c, err := client.NewLazyClient(client.Options{HostPort: ln.Addr().String(), Logger: testenv.QuietLogger(),
+	c, err := client.NewLazyClient(client.Options{HostPort: ln.Addr().String(), Logger: ferrytest.QuietLogger(),
 		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(record)}}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -195,7 +195,7 @@ func TestSchemaCheckViolationIsInvalidEvent(t *testing.T) {
 	require.Zero(t, n)
 }
 
-func query(t *testing.T, db *testenv.DB, sql string) pgx.Rows {
+func query(t *testing.T, db *ferrytest.DB, sql string) pgx.Rows {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), sql)
 	require.NoError(t, err)

@@ -14,13 +14,9 @@
 // own the transaction (the caller begins and commits it), connections, or
 // delivery (see package poller).
 //
-// It also holds the SQL that others run on its tables (outbox_events,
-// outbox_aggregates and the repair audit ferry_repairs), each statement a
-// named constant with the reason for its shape: the reads of operator
-// commands and metrics (read.go), the delivery side's marks, hand-backs,
-// retention and reconciler statements (deliver.go), the drift check's
-// reads (drift.go) and the audited repairs (repair.go). Those functions
-// take the caller's pool or transaction and open none of their own. The
-// poller's claim and lease statements stay in package poller, which owns
-// that protocol.
+// The exported surface is what producers use: Writer (Write, WriteBatch,
+// Validate), Event, Config, the validation rules and their helpers
+// (ValidatePayload, ValidateHeaders, CheckHeaderName, ReservedHeader, the
+// limits) and the errors. The relay's statements on the same tables are
+// package relaydb's, repairs and their audit package repairdb's.
 package outbox

@@ -115,23 +115,3 @@ func headersJSON(headers map[string]string) (*string, error) {
 	s := string(b)
 	return &s, nil
 }
-
-// decodeHeaders reads the headers column. The schema's check makes it NULL
-// or an object of strings; a row written around the check is read as well
-// as it can be rather than blocking its aggregate: a value that is not a
-// string keeps its JSON text, and anything but an object reads as none.
-func decodeHeaders(raw []byte) map[string]string {
-	var obj map[string]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &obj) != nil || len(obj) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(obj))
-	for k, v := range obj {
-		s := string(v)
-		if len(v) > 0 && v[0] == '"' {
-			_ = json.Unmarshal(v, &s) // a valid JSON string: jsonb wrote it
-		}
-		out[k] = s
-	}
-	return out
-}

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -27,11 +27,11 @@ func TestMain(m *testing.M) {
 }
 
 // setup gives a test its own migrated schema and a Writer with defaults.
-func setup(t *testing.T) (*testenv.DB, *outbox.Writer) {
+func setup(t *testing.T) (*ferrytest.DB, *outbox.Writer) {
 	t.Helper()
 	w, err := outbox.NewWriter(outbox.Config{})
 	require.NoError(t, err)
-	return testenv.Postgres(t), w
+	return ferrytest.NewDB(t, ""), w
 }
 
 func event(aggType, aggID string) outbox.Event {
@@ -46,7 +46,7 @@ func event(aggType, aggID string) outbox.Event {
 // begin starts a transaction that is rolled back at the end of the test
 // unless committed. A failed require must not leave a connection checked
 // out: testenv's cleanup closes the pool, and Close waits for it.
-func begin(t *testing.T, db *testenv.DB) pgx.Tx {
+func begin(t *testing.T, db *ferrytest.DB) pgx.Tx {
 	t.Helper()
 	tx, err := db.Pool.Begin(t.Context())
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func begin(t *testing.T, db *testenv.DB) pgx.Tx {
 }
 
 // commit writes events in one transaction and commits it.
-func commit(t *testing.T, db *testenv.DB, w *outbox.Writer, events ...outbox.Event) []outbox.Written {
+func commit(t *testing.T, db *ferrytest.DB, w *outbox.Writer, events ...outbox.Event) []outbox.Written {
 	t.Helper()
 	ctx := t.Context()
 	tx := begin(t, db)
@@ -67,7 +67,7 @@ func commit(t *testing.T, db *testenv.DB, w *outbox.Writer, events ...outbox.Eve
 
 // writeErr runs events in a transaction that is rolled back, returning
 // WriteBatch's error.
-func writeErr(t *testing.T, db *testenv.DB, w *outbox.Writer, events ...outbox.Event) error {
+func writeErr(t *testing.T, db *ferrytest.DB, w *outbox.Writer, events ...outbox.Event) error {
 	t.Helper()
 	ctx := t.Context()
 	tx := begin(t, db)
@@ -78,7 +78,7 @@ func writeErr(t *testing.T, db *testenv.DB, w *outbox.Writer, events ...outbox.E
 }
 
 // versions lists the committed versions of one aggregate, in order.
-func versions(t *testing.T, db *testenv.DB, aggType, aggID string) []int64 {
+func versions(t *testing.T, db *ferrytest.DB, aggType, aggID string) []int64 {
 	t.Helper()
 	rows, err := db.Pool.Query(t.Context(),
 		`SELECT aggregate_version FROM outbox_events
@@ -102,7 +102,7 @@ type storedRow struct {
 	Attempts         int
 }
 
-func readRow(t *testing.T, db *testenv.DB, id uuid.UUID) storedRow {
+func readRow(t *testing.T, db *ferrytest.DB, id uuid.UUID) storedRow {
 	t.Helper()
 	var r storedRow
 	err := db.Pool.QueryRow(t.Context(), `
@@ -711,7 +711,7 @@ func TestNotifyOnCommit(t *testing.T) {
 	t.Parallel()
 	w, err := outbox.NewWriter(outbox.Config{})
 	require.NoError(t, err)
-	db := testenv.PostgresOwnDatabase(t)
+	db := ferrytest.NewOwnDB(t, "")
 	ctx := t.Context()
 
 	listener, err := pgx.Connect(ctx, db.URL)
@@ -773,7 +773,7 @@ func TestNotifyOnCommit(t *testing.T) {
 // An escaped backslash before "u0000" is text, not a NUL: jsonb stores it.
 func TestEscapedBackslashBeforeU0000IsAccepted(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	w, err := outbox.NewWriter(outbox.Config{})
 	require.NoError(t, err)
 	ctx := context.Background()

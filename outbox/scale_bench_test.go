@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Table sizes of BenchmarkTwoMillionRows.
@@ -70,7 +70,7 @@ const sqlScaleFullRead = `SELECT aggregate_type, status, count(*) FROM outbox_ev
 // table, so they run once, and their log lines give the first, median,
 // last and slowest batch.
 func BenchmarkTwoMillionRows(b *testing.B) {
-	db := testenv.Postgres(b)
+	db := ferrytest.NewDB(b, "")
 	ctx := context.Background()
 	start := time.Now()
 	for _, step := range []struct {
@@ -86,14 +86,14 @@ func BenchmarkTwoMillionRows(b *testing.B) {
 		_, err := db.Pool.Exec(ctx, step.sql, step.args...)
 		require.NoError(b, err, step.sql)
 	}
-	size, err := outbox.TableBytes(ctx, db.Pool)
+	size, err := relaydb.TableBytes(ctx, db.Pool)
 	require.NoError(b, err)
 	b.Logf("%d rows (%d past retention, %d in flight), %d MB with indexes and TOAST, built in %s",
 		scaleRows, scaleOld, scaleInFlight, size>>20, time.Since(start).Round(time.Second))
 
 	b.Run("scrape backlog", func(b *testing.B) {
 		for b.Loop() {
-			rows, err := outbox.ReadBacklog(ctx, db.Pool)
+			rows, err := relaydb.ReadBacklog(ctx, db.Pool)
 			require.NoError(b, err)
 			require.Len(b, rows, 2, "pending and dispatched")
 		}
@@ -106,7 +106,7 @@ func BenchmarkTwoMillionRows(b *testing.B) {
 	})
 	b.Run("status throughput", func(b *testing.B) {
 		for b.Loop() {
-			_, hour, err := outbox.PublishedRecently(ctx, db.Pool)
+			_, hour, err := relaydb.PublishedRecently(ctx, db.Pool)
 			require.NoError(b, err)
 			require.Positive(b, hour)
 		}
@@ -135,9 +135,9 @@ func BenchmarkTwoMillionRows(b *testing.B) {
 		b.Logf("%s: %d rows in %d batches of 1000; first %s, median %s, last %s, slowest %s",
 			what, done, len(took), ms(first), ms(took[len(took)/2]), ms(last), ms(took[len(took)-1]))
 	}
-	batches("retention, delete", scaleOld/1000+1, func() (int64, error) { return outbox.DeleteDelivered(ctx, db.Pool, retention, 1000) })
+	batches("retention, delete", scaleOld/1000+1, func() (int64, error) { return relaydb.DeleteDelivered(ctx, db.Pool, retention, 1000) })
 	batches("retention, payload blanking", 20, func() (int64, error) {
-		return outbox.PurgePayloads(ctx, db.Pool, payloadRetention, 1000)
+		return relaydb.PurgePayloads(ctx, db.Pool, payloadRetention, 1000)
 	})
 	var left int64
 	require.NoError(b, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&left))

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // A claim extends its oldest rows with the later rows of their aggregates:
@@ -15,7 +15,7 @@ import (
 // never read.
 func TestClaimTakesTheBacklogOfPickedAggregates(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	// Five rounds over aggregates a, b, c: a1 b1 c1 a2 b2 c2 …
 	byAgg := map[string][]string{}
@@ -50,7 +50,7 @@ func TestClaimTakesTheBacklogOfPickedAggregates(t *testing.T) {
 // The extension is bounded: BatchSize oldest rows plus 4×BatchSize more.
 func TestClaimExtensionIsBounded(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	_, err := db.Pool.Exec(context.Background(), `
 		INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
 		SELECT 'order', 'hot', 'test.happened', '{}' FROM generate_series(1, 50)`)
@@ -66,7 +66,7 @@ func TestClaimExtensionIsBounded(t *testing.T) {
 // and the workflow never sees a later version early.
 func TestClaimLeavesDelayedRowsAndThoseBehindThem(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	a1 := insertEvent(t, db.Pool, "order", "a", nil)
 	a2 := insertEvent(t, db.Pool, "order", "a", map[string]string{"deliver_after": "now() + interval '1 hour'"})

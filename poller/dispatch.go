@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -88,7 +88,7 @@ func (p *Poller) Drain(ctx context.Context) (total int, err error) {
 // (those of aggregates workflows own are ServeOwned's, which it wakes); what this leaves (an
 // aggregate another relay is publishing, a version not due yet) is the
 // claim pass's. It returns the rows it took.
-func (p *Poller) RelayAggregates(ctx context.Context, keys []outbox.AggregateKey) (int, error) {
+func (p *Poller) RelayAggregates(ctx context.Context, keys []relaydb.AggregateKey) (int, error) {
 	if len(keys) == 0 {
 		return 0, nil
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -16,7 +16,7 @@ import (
 // released or marked.
 func TestDispatchReportsRefusedAggregatesWithTheirEvents(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{})
 	a1 := insertEvent(t, db.Pool, "order", "a", nil)
 	b1 := insertEvent(t, db.Pool, "order", "b", nil)
@@ -54,7 +54,7 @@ func TestDispatchReportsRefusedAggregatesWithTheirEvents(t *testing.T) {
 // row published, as RunOnce's mark does.
 func TestMarkDispatched(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{})
 	pending := insertEvent(t, db.Pool, "order", "a", nil)
 	published := insertEvent(t, db.Pool, "order", "a", map[string]string{"status": "'published'"})
@@ -68,7 +68,7 @@ func TestMarkDispatched(t *testing.T) {
 // empty one; the claims that succeed end to end are in dev/e2e/wal_test.go.
 func TestDrainStopsAtTheFirstErrorAndOnNothing(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{BatchSize: 2})
 	n, err := p.Drain(context.Background())
 	require.NoError(t, err)

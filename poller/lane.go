@@ -16,7 +16,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
 	"github.com/ferry-outbox/ferry/metrics"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -118,13 +118,13 @@ const publishConcurrency = 256
 // one (ClassBroker, false).
 func classify(err error) (string, bool) {
 	switch {
-	case errors.Is(err, broker.ErrUnroutable):
+	case errors.Is(err, delivery.ErrUnroutable):
 		return ClassUnroutable, true
-	case errors.Is(err, broker.ErrNacked):
+	case errors.Is(err, delivery.ErrNacked):
 		return ClassNacked, true
-	case errors.Is(err, broker.ErrTooLarge):
+	case errors.Is(err, delivery.ErrTooLarge):
 		return ClassTooLarge, true
-	case errors.Is(err, broker.ErrRefused):
+	case errors.Is(err, delivery.ErrRefused):
 		return ClassRefused, true
 	default:
 		return ClassBroker, false
@@ -134,7 +134,7 @@ func classify(err error) (string, bool) {
 // laneEvent is one row of a direct claim.
 type laneEvent struct {
 	claimed
-	row outbox.PublishRow
+	row relaydb.PublishRow
 }
 
 // laneAggregate is one aggregate of a direct claim, and what became of it.
@@ -144,7 +144,7 @@ type laneAggregate struct {
 	// takeovers: how often in a row a relay took the aggregate over from a
 	// relay whose lease ran out.
 	takeovers int
-	events         []laneEvent // versions ascending, contiguous from delivered + 1
+	events    []laneEvent // versions ascending, contiguous from delivered + 1
 	// cut: events[cut:] go to the workflow untried (NeedsWorkflow,
 	// EventMissing: cause says which).
 	cut   int
@@ -210,7 +210,7 @@ func (l *lanePause) ok() bool {
 // log-tailing relay's stream); nil takes the oldest. again says that
 // another round would find more (a claim came back full, or a released
 // aggregate has later versions).
-func (p *Poller) laneRound(ctx context.Context, only []outbox.AggregateKey) (n int, again bool, err error) {
+func (p *Poller) laneRound(ctx context.Context, only []relaydb.AggregateKey) (n int, again bool, err error) {
 	if n, again, err = p.directRound(ctx, only); err != nil {
 		return n, false, err
 	}
@@ -220,7 +220,7 @@ func (p *Poller) laneRound(ctx context.Context, only []outbox.AggregateKey) (n i
 
 // directRound is laneRound's direct half: what the loop and the stream
 // run, while ServeOwned runs the other half on its own.
-func (p *Poller) directRound(ctx context.Context, only []outbox.AggregateKey) (int, bool, error) {
+func (p *Poller) directRound(ctx context.Context, only []relaydb.AggregateKey) (int, bool, error) {
 	if p.pause.paused(time.Now()) {
 		return 0, false, nil
 	}
@@ -282,7 +282,7 @@ func (p *Poller) pokeOwned() {
 }
 
 // publishDirect claims, publishes and marks one batch of the lane.
-func (p *Poller) publishDirect(ctx context.Context, only []outbox.AggregateKey) (int, bool, error) {
+func (p *Poller) publishDirect(ctx context.Context, only []relaydb.AggregateKey) (int, bool, error) {
 	start := time.Now()
 	aggs, err := p.claimDirect(ctx, only)
 	if err != nil || len(aggs) == 0 {
@@ -335,7 +335,7 @@ func (p *Poller) publishDirect(ctx context.Context, only []outbox.AggregateKey) 
 }
 
 // claimDirect runs the direct claim and groups its rows per aggregate.
-func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([]*laneAggregate, error) {
+func (p *Poller) claimDirect(ctx context.Context, only []relaydb.AggregateKey) ([]*laneAggregate, error) {
 	var rs pgx.Rows
 	var err error
 	if only == nil {
@@ -347,10 +347,10 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
-	byKey := map[outbox.AggregateKey]*laneAggregate{}
+	byKey := map[relaydb.AggregateKey]*laneAggregate{}
 	var out []*laneAggregate
 	var (
-		k         outbox.AggregateKey
+		k         relaydb.AggregateKey
 		epoch     int64
 		takeovers int
 		c         claimed
@@ -389,7 +389,7 @@ func (p *Poller) claimDirect(ctx context.Context, only []outbox.AggregateKey) ([
 	return out, nil
 }
 
-func splitKeys(keys []outbox.AggregateKey) (types, ids []string) {
+func splitKeys(keys []relaydb.AggregateKey) (types, ids []string) {
 	types, ids = make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		types[i], ids[i] = k.Type, k.ID
@@ -418,7 +418,7 @@ func (p *Poller) loadRows(ctx context.Context, aggs []*laneAggregate) error {
 			ids = append(ids, e.id)
 		}
 	}
-	rows, err := outbox.LoadManyForPublish(ctx, p.cfg.Pool, ids)
+	rows, err := relaydb.LoadManyForPublish(ctx, p.cfg.Pool, ids)
 	if err != nil {
 		return fmt.Errorf("load %d claimed rows: %w", len(ids), err)
 	}
@@ -592,10 +592,10 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	types, ids, epochs, upto, lo := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	handoff, causes, handed := make([]bool, n), make([]string, n), make([]int64, n)
 	var backoffIDs, handedIDs []string
-	byKey := make(map[outbox.AggregateKey]*laneAggregate, n)
+	byKey := make(map[relaydb.AggregateKey]*laneAggregate, n)
 	for i, a := range aggs {
 		types[i], ids[i], epochs[i] = a.aggType, a.aggID, a.epoch
-		byKey[outbox.AggregateKey{Type: a.aggType, ID: a.aggID}] = a
+		byKey[relaydb.AggregateKey{Type: a.aggType, ID: a.aggID}] = a
 		if a.confirmed > 0 {
 			// Contiguous versions (the claim's run): the statement marks
 			// the range.
@@ -628,7 +628,7 @@ func (p *Poller) mark(ctx context.Context, sql string, aggs []*laneAggregate, pa
 	}
 	out := make(map[*laneAggregate]markResult, n)
 	var (
-		k           outbox.AggregateKey
+		k           relaydb.AggregateKey
 		r           markResult
 		marked, bck int64
 	)
@@ -665,7 +665,7 @@ func (p *Poller) countDirect(a *laneAggregate) {
 
 // dispatchOwned hands the pending rows of aggregates that workflows own
 // to their runs, by signal under the owner's epoch.
-func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) (int, error) {
+func (p *Poller) dispatchOwned(ctx context.Context, only []relaydb.AggregateKey) (int, error) {
 	start := time.Now()
 	var rs pgx.Rows
 	var err error
@@ -683,12 +683,12 @@ func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) 
 		first bool
 		cause string
 	}
-	owners := map[outbox.AggregateKey]owner{}
+	owners := map[relaydb.AggregateKey]owner{}
 	batch, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (claimed, error) {
 		var c claimed
 		var o owner
 		err := r.Scan(&c.id, &c.aggType, &c.aggID, &c.version, &c.eventType, &c.traceParent, &c.traceState, &c.attempts, &o.epoch, &o.first, &o.cause)
-		owners[outbox.AggregateKey{Type: c.aggType, ID: c.aggID}] = o
+		owners[relaydb.AggregateKey{Type: c.aggType, ID: c.aggID}] = o
 		return c, err
 	})
 	if err != nil {
@@ -699,7 +699,7 @@ func (p *Poller) dispatchOwned(ctx context.Context, only []outbox.AggregateKey) 
 	}
 	groups := group(batch)
 	for _, g := range groups {
-		o := owners[outbox.AggregateKey{Type: g.aggType, ID: g.aggID}]
+		o := owners[relaydb.AggregateKey{Type: g.aggType, ID: g.aggID}]
 		// The first hand-over since the relay handed the aggregate over:
 		// a run of its own, the events in its input, the regular path
 		// first (the handoff's failure is the reason).

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -58,7 +58,7 @@ func versionsOf(refs []workflows.EventRef) []int64 {
 // signals everything.
 func TestDispatchStartsOneShotRunsThenSignals(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	rec := &recordingTemporal{}
 	p := newPoller(t, db.Pool, Config{Temporal: rec})
@@ -103,7 +103,7 @@ func TestDispatchStartsOneShotRunsThenSignals(t *testing.T) {
 // references, in version order: the start's input, then signals.
 func TestDispatchSplitsLargeGroups(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	const n = 2*maxRefsPerDispatch + 500
 	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)

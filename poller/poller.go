@@ -25,6 +25,27 @@ import (
 // Channel is the NOTIFY channel the schema's insert trigger fires.
 const Channel = "ferry_outbox"
 
+// Defaults and limits of Config, which package ferry's Config takes too.
+const (
+	DefaultBatchSize = 200
+	MaxBatchSize     = 10000
+	DefaultLease     = 30 * time.Second
+	// DefaultSignalTimeout and DefaultMarkTimeout add up to what Lease
+	// must exceed.
+	DefaultSignalTimeout      = 5 * time.Second
+	DefaultMarkTimeout        = 5 * time.Second
+	DefaultPollInterval       = time.Second
+	MinPollInterval           = 10 * time.Millisecond
+	DefaultConcurrency        = 16
+	DefaultMaxBackoff         = 30 * time.Second
+	DefaultMaxRefusedAttempts = 3
+	DefaultStartMode          = StartOneShot
+	DefaultLane               = LaneWorkflow
+	// DefaultSource names a claiming relay in the fleet's registry; package
+	// walrelay's relays register as "wal".
+	DefaultSource = "poll"
+)
+
 // Config configures a Poller.
 type Config struct {
 	// Pool reaches the outbox. Required. LISTEN uses one extra, dedicated
@@ -95,7 +116,7 @@ type Config struct {
 	// needs one (lane.go). Every relay of one outbox runs the same lane:
 	// Start refuses a relay of the other one (fleet.go).
 	Lane string
-	// Target is where LanePublishFirst publishes (delivery.RabbitMQ, with
+	// Target is where LanePublishFirst publishes (rabbitmq.Target, with
 	// the worker's broker settings). Required with LanePublishFirst,
 	// unused otherwise.
 	Target delivery.Target
@@ -186,20 +207,20 @@ func New(cfg Config) (*Poller, error) {
 
 func (cfg Config) withDefaults() Config {
 	host, _ := os.Hostname()
-	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, "ferry")
+	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, workflows.DefaultTaskQueue)
 	cfg.Name = cmp.Or(cfg.Name, fmt.Sprintf("%s-%d", cmp.Or(host, "poller"), os.Getpid()))
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 200)
-	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
-	cfg.SignalTimeout = cmp.Or(cfg.SignalTimeout, 5*time.Second)
-	cfg.MarkTimeout = cmp.Or(cfg.MarkTimeout, 5*time.Second)
-	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
-	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
-	cfg.StartMode = cmp.Or(cfg.StartMode, StartOneShot)
-	cfg.MaxRefusedAttempts = cmp.Or(cfg.MaxRefusedAttempts, 3)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
+	cfg.SignalTimeout = cmp.Or(cfg.SignalTimeout, DefaultSignalTimeout)
+	cfg.MarkTimeout = cmp.Or(cfg.MarkTimeout, DefaultMarkTimeout)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, DefaultMaxBackoff)
+	cfg.StartMode = cmp.Or(cfg.StartMode, DefaultStartMode)
+	cfg.MaxRefusedAttempts = cmp.Or(cfg.MaxRefusedAttempts, DefaultMaxRefusedAttempts)
 	cfg.SignalWindow = cmp.Or(cfg.SignalWindow, workflows.DefaultIdleTimeout)
-	cfg.Lane = cmp.Or(cfg.Lane, LaneWorkflow)
-	cfg.Source = cmp.Or(cfg.Source, "poll")
+	cfg.Lane = cmp.Or(cfg.Lane, DefaultLane)
+	cfg.Source = cmp.Or(cfg.Source, DefaultSource)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -213,8 +234,8 @@ func (cfg Config) withDefaults() Config {
 func (cfg Config) Validate() error {
 	cfg = cfg.withDefaults()
 	switch {
-	case cfg.BatchSize < 1 || cfg.BatchSize > 10000:
-		return fmt.Errorf("poller: Config.BatchSize %d: must be 1 to 10000", cfg.BatchSize)
+	case cfg.BatchSize < 1 || cfg.BatchSize > MaxBatchSize:
+		return fmt.Errorf("poller: Config.BatchSize %d: must be 1 to %d", cfg.BatchSize, MaxBatchSize)
 	case cfg.Concurrency < 1:
 		return fmt.Errorf("poller: Config.Concurrency %d: must be at least 1", cfg.Concurrency)
 	case cfg.Lease <= 0:
@@ -225,8 +246,8 @@ func (cfg Config) Validate() error {
 		// for at least one full signal.
 		return fmt.Errorf("poller: Config.Lease %s must exceed SignalTimeout %s + MarkTimeout %s",
 			cfg.Lease, cfg.SignalTimeout, cfg.MarkTimeout)
-	case cfg.PollInterval < 10*time.Millisecond:
-		return fmt.Errorf("poller: Config.PollInterval %s: must be at least 10ms", cfg.PollInterval)
+	case cfg.PollInterval < MinPollInterval:
+		return fmt.Errorf("poller: Config.PollInterval %s: must be at least %s", cfg.PollInterval, MinPollInterval)
 	case cfg.SignalWindow < 0:
 		return fmt.Errorf("poller: Config.SignalWindow %s: must not be negative", cfg.SignalWindow)
 	case cfg.MaxRefusedAttempts < 1:

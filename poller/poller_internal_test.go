@@ -19,7 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/internal/testhook"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -38,7 +38,7 @@ const testSignalTimeout = 200 * time.Millisecond
 // on; it never dials until used, and every call through it fails.
 func deadTemporal(t *testing.T) client.Client {
 	t.Helper()
-	return testenv.LazyTemporal(t, testenv.ClosedAddr(t))
+	return ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t))
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -298,9 +298,9 @@ func TestUnsafeShortLease(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { _ = ln.Close(); held.Wait() })
-	short.Temporal = testenv.LazyTemporal(t, ln.Addr().String())
+	short.Temporal = ferrytest.LazyTemporal(t, ln.Addr().String())
 
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, short)
 	insertEvent(t, db.Pool, "order", "o-1", nil)
 	start := time.Now()
@@ -314,7 +314,7 @@ func TestUnsafeShortLease(t *testing.T) {
 // claim time, backing off, and saying why.
 func TestRunOnceUnreachableTemporalLeavesRowsPending(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{Name: "poller-under-test"})
 	ctx := context.Background()
 
@@ -357,7 +357,7 @@ func TestRunOnceUnreachableTemporalLeavesRowsPending(t *testing.T) {
 // MaxBackoff.
 func TestRunOnceReleaseBackoffGrowsAndCaps(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{MaxBackoff: time.Minute})
 
 	want := map[string]time.Duration{ // id -> backoff after this claim
@@ -381,7 +381,7 @@ func TestRunOnceReleaseBackoffGrowsAndCaps(t *testing.T) {
 
 func TestRunOnceClaimsOnlyDuePendingRows(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{})
 
 	past := map[string]string{"next_attempt_at": "now() - interval '1 minute'"}
@@ -412,7 +412,7 @@ func TestRunOnceClaimsOnlyDuePendingRows(t *testing.T) {
 // successive claims.
 func TestRunOnceClaimsOldestFirstUpToBatchSize(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{BatchSize: 2})
 
 	ago := func(min int) map[string]string {
@@ -458,7 +458,7 @@ func TestRunOnceClaimsOldestFirstUpToBatchSize(t *testing.T) {
 // Rows another transaction holds locked are skipped, not waited for.
 func TestRunOnceSkipsLockedRows(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{})
 	ctx := context.Background()
 
@@ -501,7 +501,7 @@ func TestRunOnceSkipsLockedRows(t *testing.T) {
 // the same 100 rows at the same moment: every row is claimed exactly once.
 func TestConcurrentPollersClaimEachRowOnce(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 
 	// 100 rows over 10 aggregates, 10 versions each, in one statement.
@@ -622,9 +622,9 @@ func TestGroup(t *testing.T) {
 // listenerPool is a pool on db whose connections, the poller's LISTEN
 // connection included, carry a unique application_name, so the test can see
 // when that poller is listening.
-func listenerPool(t *testing.T, db *testenv.DB) (*pgxpool.Pool, string) {
+func listenerPool(t *testing.T, db *ferrytest.DB) (*pgxpool.Pool, string) {
 	t.Helper()
-	name := testenv.Name("ferry_poller_test")
+	name := ferrytest.Name("ferry_poller_test")
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["application_name"] = name
@@ -634,7 +634,7 @@ func listenerPool(t *testing.T, db *testenv.DB) (*pgxpool.Pool, string) {
 	return pool, name
 }
 
-func waitListening(t *testing.T, db *testenv.DB, appName string) {
+func waitListening(t *testing.T, db *ferrytest.DB, appName string) {
 	t.Helper()
 	eventually(t, 5*time.Second, func() bool {
 		var n int
@@ -650,7 +650,7 @@ func TestStartStop(t *testing.T) {
 	// Its own database: the insert's NOTIFY is skipped while another
 	// producer of the database holds the coalescing lock (migration 0004),
 	// and parallel tests in other schemas of the shared one are producers.
-	db := testenv.PostgresOwnDatabase(t)
+	db := ferrytest.NewOwnDB(t, "")
 	pool, appName := listenerPool(t, db)
 	// A poll interval far beyond the test's deadlines: only NOTIFY (or the
 	// start-up round) can make the loop claim anything in time.
@@ -694,7 +694,7 @@ func TestStopWithoutStart(t *testing.T) {
 // wakes the loop.
 func TestNotifyWakesIdleLoop(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	pool, appName := listenerPool(t, db)
 	p := newPoller(t, pool, Config{PollInterval: time.Minute})
 	require.NoError(t, p.Start(context.Background()))

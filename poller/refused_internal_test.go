@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -43,7 +43,7 @@ func (f *fakeTemporal) SignalWithStartWorkflow(context.Context, string, string, 
 	return nil, f.err
 }
 
-func statusOf(t *testing.T, db *testenv.DB, id string) (status, lastError string) {
+func statusOf(t *testing.T, db *ferrytest.DB, id string) (status, lastError string) {
 	t.Helper()
 	var le *string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT status, last_error FROM outbox_events WHERE id = $1`, id).Scan(&status, &le))
@@ -54,7 +54,7 @@ func statusOf(t *testing.T, db *testenv.DB, id string) (status, lastError string
 }
 
 // classOf reads the row's last_error_class; "" when NULL.
-func classOf(t *testing.T, db *testenv.DB, id string) string {
+func classOf(t *testing.T, db *ferrytest.DB, id string) string {
 	t.Helper()
 	var class string
 	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT coalesce(last_error_class, '') FROM outbox_events WHERE id = $1`, id).Scan(&class))
@@ -62,7 +62,7 @@ func classOf(t *testing.T, db *testenv.DB, id string) string {
 }
 
 // makeClaimable ends every pending row's backoff.
-func makeClaimable(t *testing.T, db *testenv.DB) {
+func makeClaimable(t *testing.T, db *ferrytest.DB) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), `UPDATE outbox_events SET next_attempt_at = now() WHERE status = 'pending'`)
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func makeClaimable(t *testing.T, db *testenv.DB) {
 // fails.
 func TestRefusedStartQuarantinesAfterBoundedAttempts(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
@@ -101,7 +101,7 @@ func TestRefusedStartQuarantinesAfterBoundedAttempts(t *testing.T) {
 	_, lastErr := statusOf(t, db, ids[0])
 	require.Contains(t, lastErr, "quarantined (TemporalRefused)")
 	require.Contains(t, lastErr, "WorkflowId length exceeds limit")
-	require.Equal(t, 2.0, testenv.Sample(t, reg, "ferry_events_quarantined_total",
+	require.Equal(t, 2.0, ferrytest.Sample(t, reg, "ferry_events_quarantined_total",
 		map[string]string{"event_type": "test.happened", "error_class": ErrClassTemporalRefused}))
 	makeClaimable(t, db)
 	n, err := p.RunOnce(ctx)
@@ -125,7 +125,7 @@ func TestRefusedStartQuarantinesAfterBoundedAttempts(t *testing.T) {
 // New runs get the bound on what a blocked run keeps.
 func TestDispatchDoesNotMarkHeldRows(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	kept := insertEvent(t, db.Pool, "order", "o-1", nil)
 	held := insertEvent(t, db.Pool, "order", "o-1", nil)

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // One ferry.dispatch span per signalled aggregate, continuing the trace of
@@ -22,7 +22,7 @@ func TestRunOnceDispatchSpanContinuesRowTraces(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	p := newPoller(t, db.Pool, Config{Name: "traced", TracerProvider: tp})
 
 	const (

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/internal/migrate"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/schema"
 )
 
@@ -41,7 +41,7 @@ func requireCheckViolation(t *testing.T, err error, constraint string) {
 // value the relay could never hand to Temporal, before anything commits.
 func TestInsertRefusesUndeliverableNames(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	insert := func(aggType, aggID, eventType string) error {
 		_, err := db.Pool.Exec(ctx,
@@ -93,13 +93,13 @@ func TestInsertRefusesUndeliverableNames(t *testing.T) {
 // as schema.Migrate, which then applies the rest.
 func freshSchemaAt(t *testing.T, upto int) *pgxpool.Pool {
 	t.Helper()
-	db := testenv.Postgres(t) // for a connection; the test's schema is a second one
+	db := ferrytest.NewDB(t, "") // for a connection; the test's schema is a second one
 	ctx := context.Background()
-	name := testenv.Name("ferry_upgrade")
+	name := ferrytest.Name("ferry_upgrade")
 	_, err := db.Pool.Exec(ctx, "CREATE SCHEMA "+name)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE") })
-	pool, err := pgxpool.New(ctx, testenv.WithSearchPath(testenv.PostgresBaseURL(), name))
+	pool, err := pgxpool.New(ctx, ferrytest.WithSearchPath(ferrytest.PostgresURL(), name))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 

@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/schema"
 )
 
@@ -22,7 +23,7 @@ import (
 // can break, and one of each other rule.)
 func TestInsertRefusesInvalidHeaders(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	insert := func(headers string) error {
 		_, err := db.Pool.Exec(ctx,
@@ -129,7 +130,7 @@ func TestRolesWriteAndReadHeaders(t *testing.T) {
 	requireDenied(t, r.as(t, r.producer, `SELECT headers FROM outbox_events`), "read headers")
 	requireDenied(t, r.as(t, r.relay, `UPDATE outbox_events SET headers = NULL`), "change headers")
 
-	row, err := outbox.LoadForPublish(ctx, r.pool(t, r.relay), got.ID.String())
+	row, err := relaydb.LoadForPublish(ctx, r.pool(t, r.relay), got.ID.String())
 	require.NoError(t, err)
 	require.Equal(t, headers, row.Headers)
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // holdsNotifyLock says whether tx took the advisory lock that elects the
@@ -32,7 +32,7 @@ func insertEvent(t *testing.T, tx pgx.Tx, aggID string) {
 
 // notifyingTx begins a transaction that inserts an event and holds the
 // notify lock. The lock is database-wide, hence the test's own database.
-func notifyingTx(t *testing.T, db *testenv.DB, aggID string) pgx.Tx {
+func notifyingTx(t *testing.T, db *ferrytest.DB, aggID string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)
@@ -48,7 +48,7 @@ func notifyingTx(t *testing.T, db *testenv.DB, aggID string) pgx.Tx {
 // notifiers); once it ended, the next one notifies again.
 func TestNotifyIsCoalesced(t *testing.T) {
 	t.Parallel()
-	db := testenv.PostgresOwnDatabase(t)
+	db := ferrytest.NewOwnDB(t, "")
 	ctx := context.Background()
 
 	first := notifyingTx(t, db, "o-1")

@@ -19,8 +19,8 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
@@ -29,7 +29,7 @@ import (
 )
 
 type roles struct {
-	db                                 *testenv.DB
+	db                                 *ferrytest.DB
 	producer, relay, consumer, cschema string
 }
 
@@ -39,17 +39,17 @@ type roles struct {
 func setupRoles(t *testing.T) *roles {
 	t.Helper()
 	r := &roles{
-		db:       testenv.Postgres(t),
-		producer: testenv.Name("ferry_producer"),
-		relay:    testenv.Name("ferry_relay"),
-		consumer: testenv.Name("ferry_consumer"),
-		cschema:  testenv.Name("ferry_consumer"),
+		db:       ferrytest.NewDB(t, ""),
+		producer: ferrytest.Name("ferry_producer"),
+		relay:    ferrytest.Name("ferry_relay"),
+		consumer: ferrytest.Name("ferry_consumer"),
+		cschema:  ferrytest.Name("ferry_consumer"),
 	}
 	// Registered after testenv's schema cleanup, so it runs before it.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, testenv.PostgresBaseURL())
+		conn, err := pgx.Connect(ctx, ferrytest.PostgresURL())
 		if err != nil {
 			t.Errorf("drop roles: %v", err)
 			return
@@ -76,7 +76,7 @@ func (r *roles) runScript(t *testing.T) {
 	t.Helper()
 	psql, err := exec.LookPath("psql")
 	require.NoError(t, err, "psql is required to run schema/roles.sql (apt-get install postgresql-client)")
-	cmd := exec.Command(psql, testenv.PostgresBaseURL(), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+	cmd := exec.Command(psql, ferrytest.PostgresURL(), "-X", "-q", "-v", "ON_ERROR_STOP=1",
 		"-v", "schema="+r.db.Schema, "-v", "producer="+r.producer, "-v", "relay="+r.relay,
 		"-v", "consumer="+r.consumer, "-v", "consumer_schema="+r.cschema, "-f", "roles.sql")
 	out, err := cmd.CombinedOutput()
@@ -188,13 +188,13 @@ func (signalOK) SignalWithStartWorkflow(context.Context, string, string, any, cl
 func TestRelayRole(t *testing.T) {
 	t.Parallel()
 	r := setupRoles(t)
-	br := testenv.RabbitMQ(t)
+	br := ferrytest.NewBroker(t, "")
 	ctx := context.Background()
 	pool := r.pool(t, r.relay)
 	r.insert(t, "1")
 
 	// The poller's claim, release (signal failed) and mark (signal accepted).
-	failing, err := poller.New(poller.Config{Pool: pool, Temporal: testenv.LazyTemporal(t, testenv.ClosedAddr(t)), SignalTimeout: time.Second})
+	failing, err := poller.New(poller.Config{Pool: pool, Temporal: ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t)), SignalTimeout: time.Second})
 	require.NoError(t, err)
 	n, err := failing.RunOnce(ctx)
 	require.Equal(t, 1, n)
@@ -214,12 +214,14 @@ func TestRelayRole(t *testing.T) {
 	pub, err := broker.New(broker.Config{URL: br.URL, Exchange: br.Exchange})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Config{Pool: pool, Broker: target})
 	require.NoError(t, err)
 	var id string
 	require.NoError(t, r.db.Pool.QueryRow(ctx, `SELECT id::text FROM outbox_events`).Scan(&id))
 	suite := &testsuite.WorkflowTestSuite{}
-	suite.SetLogger(testenv.QuietLogger())
+	suite.SetLogger(ferrytest.QuietLogger())
 	env := suite.NewTestActivityEnvironment()
 	acts.Register(env, workflows.Settings{})
 	_, err = env.ExecuteActivity(workflows.PublishEventActivity, workflows.PublishInput{EventID: id, AggregateType: "order", AggregateID: "1", Version: 1})
@@ -235,9 +237,7 @@ func TestRelayRole(t *testing.T) {
 	// The publish-first lane: the relay takes the aggregate, publishes its
 	// event itself, marks it and gives the aggregate back.
 	r.insert(t, "lane")
-	target, err := delivery.NewRabbitMQ(delivery.RabbitMQConfig{Publisher: pub})
-	require.NoError(t, err)
-	lane, err := poller.New(poller.Config{Pool: pool, Temporal: testenv.LazyTemporal(t, testenv.ClosedAddr(t)),
+	lane, err := poller.New(poller.Config{Pool: pool, Temporal: ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t)),
 		Lane: poller.LanePublishFirst, Target: target, Name: "lane-relay"})
 	require.NoError(t, err)
 	require.NoError(t, lane.JoinFleet(ctx))
@@ -270,8 +270,8 @@ func TestRelayRole(t *testing.T) {
 	// FerryRetentionStalled reports (docs/runbook.md).
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewOutboxCollector(pool))
-	require.Zero(t, testenv.Sample(t, reg, "ferry_outbox_scrape_error", nil), "the relay reads everything /metrics reports")
-	require.True(t, testenv.HasMetric(t, reg, "ferry_retention_last_success_timestamp_seconds"))
+	require.Zero(t, ferrytest.Sample(t, reg, "ferry_outbox_scrape_error", nil), "the relay reads everything /metrics reports")
+	require.True(t, ferrytest.HasMetric(t, reg, "ferry_retention_last_success_timestamp_seconds"))
 	_, err = env.ExecuteActivity(workflows.PurgeActivity, workflows.RetentionInput{})
 	require.ErrorContains(t, err, "delete delivered rows: ERROR: permission denied for table outbox_events")
 	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM ferry_maintenance WHERE job = 'retention' AND overdue_rows = 0 AND counted_at IS NOT NULL`),

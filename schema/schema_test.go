@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/schema"
 )
 
@@ -32,7 +32,7 @@ func TestMigrationsAreNumberedWithoutGaps(t *testing.T) {
 // from several goroutines at once, must apply nothing and fail nowhere.
 func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 
 	var wg sync.WaitGroup
@@ -59,14 +59,14 @@ func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 // the other waits on the advisory lock and finds nothing to do.
 func TestMigrateFreshSchemaConcurrently(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t) // for a connection; we migrate a second, empty schema
+	db := ferrytest.NewDB(t, "") // for a connection; we migrate a second, empty schema
 	ctx := context.Background()
-	name := testenv.Name("ferry_fresh")
+	name := ferrytest.Name("ferry_fresh")
 	_, err := db.Pool.Exec(ctx, "CREATE SCHEMA "+name)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE") })
 
-	pool, err := pgxpool.New(ctx, testenv.WithSearchPath(testenv.PostgresBaseURL(), name))
+	pool, err := pgxpool.New(ctx, ferrytest.WithSearchPath(ferrytest.PostgresURL(), name))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/schema"
 )
 
@@ -97,7 +97,7 @@ func TestMigration0012LeavesQuarantinedRowsToAnOperator(t *testing.T) {
 // not be UTF-8: 0012 keeps 0007's rule there, printable ASCII.
 func TestMigration0012KeepsASCIIOutsideUTF8Databases(t *testing.T) {
 	t.Parallel()
-	pg := testenv.StartPrivatePostgres(t)
+	pg := servers.StartPrivatePostgres(t)
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, pg.URL)
 	require.NoError(t, err)

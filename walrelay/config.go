@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Dispatcher is what the stream hands events to and catches up with:
@@ -23,7 +23,7 @@ type Dispatcher interface {
 	Drain(ctx context.Context) (int, error)
 	// RelayAggregates is the publish-first lane's round for the streamed
 	// aggregates (Lane says which lane the poller runs).
-	RelayAggregates(ctx context.Context, keys []outbox.AggregateKey) (int, error)
+	RelayAggregates(ctx context.Context, keys []relaydb.AggregateKey) (int, error)
 	Lane() string
 	// ServeOwned runs the lane's workflow side until ctx ends (at once
 	// in the workflow lane).
@@ -70,10 +70,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Defaults of the slot and publication names.
+// Defaults and limits of Config, which package ferry's Config takes too.
 const (
-	DefaultSlot        = "ferry_outbox"
-	DefaultPublication = "ferry_outbox"
+	DefaultSlot            = "ferry_outbox"
+	DefaultPublication     = "ferry_outbox"
+	DefaultCatchUpInterval = 30 * time.Second
+	MinCatchUpInterval     = time.Second
 )
 
 // objectName is what PostgreSQL accepts as a slot name (lower case, digits,
@@ -83,7 +85,7 @@ var objectName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 func (cfg Config) withDefaults() Config {
 	cfg.Slot = cmp.Or(cfg.Slot, DefaultSlot)
 	cfg.Publication = cmp.Or(cfg.Publication, DefaultPublication)
-	cfg.CatchUpInterval = cmp.Or(cfg.CatchUpInterval, 30*time.Second)
+	cfg.CatchUpInterval = cmp.Or(cfg.CatchUpInterval, DefaultCatchUpInterval)
 	cfg.StatusInterval = cmp.Or(cfg.StatusInterval, 10*time.Second)
 	cfg.StandbyRetry = cmp.Or(cfg.StandbyRetry, time.Second)
 	cfg.BatchEvents = cmp.Or(cfg.BatchEvents, 1000)
@@ -102,8 +104,8 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("walrelay: Config.Slot %q: use 1-63 lower-case letters, digits or '_', not starting with a digit", cfg.Slot)
 	case !objectName.MatchString(cfg.Publication):
 		return fmt.Errorf("walrelay: Config.Publication %q: use 1-63 lower-case letters, digits or '_', not starting with a digit", cfg.Publication)
-	case cfg.CatchUpInterval < time.Second:
-		return fmt.Errorf("walrelay: Config.CatchUpInterval %s: must be at least 1s", cfg.CatchUpInterval)
+	case cfg.CatchUpInterval < MinCatchUpInterval:
+		return fmt.Errorf("walrelay: Config.CatchUpInterval %s: must be at least %s", cfg.CatchUpInterval, MinCatchUpInterval)
 	case cfg.StatusInterval < 100*time.Millisecond || cfg.StatusInterval > 50*time.Second:
 		return fmt.Errorf("walrelay: Config.StatusInterval %s: use 100ms to 50s (below wal_sender_timeout)", cfg.StatusInterval)
 	case cfg.StandbyRetry < 10*time.Millisecond:

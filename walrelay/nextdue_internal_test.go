@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // The next catch-up pass: at the first pending row's due time, at once for
@@ -16,7 +16,7 @@ import (
 // delivers.
 func TestNextPassComesAtTheDueTime(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	r := &Relay{cfg: Config{Pool: db.Pool}}
 	latest := time.Now().Add(time.Hour)

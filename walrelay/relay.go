@@ -18,8 +18,8 @@ import (
 
 	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/startstop"
-	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // dispatchTimeout bounds one dispatch attempt of a batch. The stream is not
@@ -504,10 +504,10 @@ func (s *session) flush(ctx context.Context) error {
 // due) stays pending, and the stream moves on: one aggregate never holds
 // up the others.
 func (s *session) relayDirect(ctx context.Context, events []poller.Event) {
-	seen := map[outbox.AggregateKey]bool{}
-	var keys []outbox.AggregateKey
+	seen := map[relaydb.AggregateKey]bool{}
+	var keys []relaydb.AggregateKey
 	for _, e := range events {
-		k := outbox.AggregateKey{Type: e.AggregateType, ID: e.AggregateID}
+		k := relaydb.AggregateKey{Type: e.AggregateType, ID: e.AggregateID}
 		if !seen[k] {
 			seen[k] = true
 			keys = append(keys, k)

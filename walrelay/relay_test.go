@@ -19,9 +19,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.uber.org/goleak"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/walrelay"
 )
 
@@ -126,7 +127,7 @@ func (r *recorder) Lane() string                    { return poller.LaneWorkflow
 func (r *recorder) JoinFleet(context.Context) error { return nil }
 func (r *recorder) LeaveFleet()                     {}
 func (r *recorder) ServeOwned(context.Context)      {}
-func (r *recorder) RelayAggregates(context.Context, []outbox.AggregateKey) (int, error) {
+func (r *recorder) RelayAggregates(context.Context, []relaydb.AggregateKey) (int, error) {
 	return 0, errors.New("the recorder runs the workflow lane")
 }
 
@@ -151,8 +152,8 @@ func (r *recorder) ids() map[string]int {
 }
 
 type bundle struct {
-	pg  *testenv.PrivatePostgres
-	db  *testenv.DB
+	pg  *servers.PrivatePostgres
+	db  *ferrytest.DB
 	rec *recorder
 }
 
@@ -164,9 +165,9 @@ func setup(t *testing.T) *bundle {
 // setupWith is setup on a private PostgreSQL with more settings.
 func setupWith(t *testing.T, settings ...string) *bundle {
 	t.Helper()
-	pg := testenv.StartPrivatePostgres(t, settings...)
-	db := pg.DB(t)
-	marker, err := poller.New(poller.Config{Pool: db.Pool, Temporal: testenv.LazyTemporal(t, testenv.ClosedAddr(t))})
+	pg := servers.StartPrivatePostgres(t, settings...)
+	db := ferrytest.NewDB(t, pg.URL)
+	marker, err := poller.New(poller.Config{Pool: db.Pool, Temporal: ferrytest.LazyTemporal(t, ferrytest.ClosedAddr(t))})
 	require.NoError(t, err)
 	return &bundle{pg: pg, db: db, rec: &recorder{marker: marker, pool: db.Pool}}
 }
@@ -406,7 +407,7 @@ func TestQuietOutboxDoesNotPinWAL(t *testing.T) {
 func TestSlotDroppedBehindFerrysBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var logs testenv.Buffer
+	var logs ferrytest.Buffer
 	b.relay(t, walrelay.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	b.insert(t, false, "a")
 	waitFor(t, 30*time.Second, "streaming", func() bool { return len(b.rec.ids()) == 1 })
@@ -457,8 +458,8 @@ func TestMisconfigurationErrors(t *testing.T) {
 	t.Parallel()
 	t.Run("wal_level replica", func(t *testing.T) {
 		t.Parallel()
-		pg := testenv.StartPrivatePostgres(t, "wal_level=replica")
-		db := pg.DB(t)
+		pg := servers.StartPrivatePostgres(t, "wal_level=replica")
+		db := ferrytest.NewDB(t, pg.URL)
 		err := startErr(t, db.Pool, walrelay.Config{})
 		require.ErrorIs(t, err, walrelay.ErrWALLevel)
 		require.ErrorContains(t, err, `it is "replica"`)
@@ -466,8 +467,8 @@ func TestMisconfigurationErrors(t *testing.T) {
 	})
 	t.Run("no REPLICATION attribute, publication missing the table, slots used up", func(t *testing.T) {
 		t.Parallel()
-		pg := testenv.StartPrivatePostgres(t, "max_replication_slots=1")
-		db := pg.DB(t)
+		pg := servers.StartPrivatePostgres(t, "max_replication_slots=1")
+		db := ferrytest.NewDB(t, pg.URL)
 		ctx := context.Background()
 		_, err := db.Pool.Exec(ctx, `CREATE ROLE app LOGIN; GRANT ALL ON SCHEMA `+pgx.Identifier{db.Schema}.Sanitize()+` TO app`)
 		require.NoError(t, err)
@@ -551,29 +552,29 @@ func TestSlotMetrics(t *testing.T) {
 	r := b.relay(t, walrelay.Config{})
 	slot := map[string]string{"slot": walrelay.DefaultSlot}
 	waitFor(t, 10*time.Second, "the slot active", func() bool {
-		return testenv.Sample(t, reg, "ferry_wal_slot_active", slot) == 1
+		return ferrytest.Sample(t, reg, "ferry_wal_slot_active", slot) == 1
 	})
 	b.rec.refuse.Store(true)
 	for range 20 {
 		b.insert(t, false, "a", "b", "c")
 	}
 	time.Sleep(500 * time.Millisecond)
-	refusedLag := testenv.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot)
+	refusedLag := ferrytest.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot)
 	require.Greater(t, refusedLag, 5000.0, "unconfirmed WAL while Temporal refuses")
-	require.GreaterOrEqual(t, testenv.Sample(t, reg, "ferry_wal_slot_retained_bytes", slot), refusedLag)
+	require.GreaterOrEqual(t, ferrytest.Sample(t, reg, "ferry_wal_slot_retained_bytes", slot), refusedLag)
 	b.rec.refuse.Store(false)
 	waitFor(t, 30*time.Second, "the lag back near zero", func() bool {
-		return testenv.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot) < 1000
+		return ferrytest.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot) < 1000
 	})
-	t.Logf("lag while refused: %.0f bytes (60 events in 20 transactions); after: %.0f", refusedLag, testenv.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot))
+	t.Logf("lag while refused: %.0f bytes (60 events in 20 transactions); after: %.0f", refusedLag, ferrytest.Sample(t, reg, "ferry_wal_slot_lag_bytes", slot))
 	r.Stop()
 	waitFor(t, 10*time.Second, "the slot released", func() bool {
-		return testenv.Sample(t, reg, "ferry_wal_slot_active", slot) == 0
+		return ferrytest.Sample(t, reg, "ferry_wal_slot_active", slot) == 0
 	})
 	_, _, err := walrelay.DropSlot(context.Background(), b.db.Pool, walrelay.DefaultSlot, walrelay.DefaultPublication)
 	require.NoError(t, err)
-	require.Zero(t, testenv.Sample(t, reg, "ferry_wal_slot_exists", slot))
-	require.Zero(t, testenv.Sample(t, reg, "ferry_wal_slot_scrape_error", slot))
+	require.Zero(t, ferrytest.Sample(t, reg, "ferry_wal_slot_exists", slot))
+	require.Zero(t, ferrytest.Sample(t, reg, "ferry_wal_slot_scrape_error", slot))
 }
 
 // An aggregate Temporal refuses as invalid does not hold the stream: its

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // Relays starting together all find the publication one of them created:
@@ -17,10 +17,10 @@ import (
 // open), none fails.
 func TestConcurrentStartsShareThePublication(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	for round := range 5 {
-		name := testenv.Name("pub_race")
+		name := ferrytest.Name("pub_race")
 		t.Cleanup(func() {
 			_, _ = db.Pool.Exec(context.Background(), `DROP PUBLICATION IF EXISTS `+pgx.Identifier{name}.Sanitize())
 		})

@@ -71,12 +71,21 @@ type Worker struct {
 	stopped bool
 }
 
+// Defaults and limits of Config, which package ferry's Config takes too.
+const (
+	DefaultMaxConcurrentActivities = 64
+	DefaultWorkflowTaskPollers     = 8
+	// MinWorkflowTaskPollers: the SDK needs two, one for the task queue,
+	// one for the sticky queue.
+	MinWorkflowTaskPollers = 2
+)
+
 // New validates cfg and registers the workflow and activities.
 func New(cfg Config) (*Worker, error) {
-	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, "ferry")
-	cfg.Namespace = cmp.Or(cfg.Namespace, "default")
-	cfg.MaxConcurrentActivities = cmp.Or(cfg.MaxConcurrentActivities, 64)
-	cfg.WorkflowTaskPollers = cmp.Or(cfg.WorkflowTaskPollers, 8)
+	cfg.TaskQueue = cmp.Or(cfg.TaskQueue, workflows.DefaultTaskQueue)
+	cfg.Namespace = cmp.Or(cfg.Namespace, client.DefaultNamespace)
+	cfg.MaxConcurrentActivities = cmp.Or(cfg.MaxConcurrentActivities, DefaultMaxConcurrentActivities)
+	cfg.WorkflowTaskPollers = cmp.Or(cfg.WorkflowTaskPollers, DefaultWorkflowTaskPollers)
 	switch {
 	case cfg.Temporal == nil:
 		return nil, errors.New("worker: Config.Temporal is nil")
@@ -84,9 +93,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, errors.New("worker: Config.Activities is nil")
 	case cfg.MaxConcurrentActivities < 1:
 		return nil, fmt.Errorf("worker: Config.MaxConcurrentActivities %d: must be at least 1", cfg.MaxConcurrentActivities)
-	case cfg.WorkflowTaskPollers < 2:
-		// The SDK needs two: one for the task queue, one for the sticky queue.
-		return nil, fmt.Errorf("worker: Config.WorkflowTaskPollers %d: must be at least 2", cfg.WorkflowTaskPollers)
+	case cfg.WorkflowTaskPollers < MinWorkflowTaskPollers:
+		return nil, fmt.Errorf("worker: Config.WorkflowTaskPollers %d: must be at least %d", cfg.WorkflowTaskPollers, MinWorkflowTaskPollers)
 	}
 	if err := cfg.Workflow.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: Config.Workflow: %w", err)

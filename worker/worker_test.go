@@ -17,7 +17,8 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 // temporalAt returns a lazy client for addr; it dials only when used.
 func temporalAt(t *testing.T, addr string) client.Client {
 	t.Helper()
-	return testenv.LazyTemporal(t, addr)
+	return ferrytest.LazyTemporal(t, addr)
 }
 
 func testActivities(t *testing.T) *activities.Activities {
@@ -43,14 +44,16 @@ func testActivities(t *testing.T) *activities.Activities {
 	t.Cleanup(pool.Close)
 	pub, err := broker.New(broker.Config{URL: "amqp://127.0.0.1:1/"})
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Config{Pool: pool, Publisher: pub})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Config{Pool: pool, Broker: target})
 	require.NoError(t, err)
 	return acts
 }
 
 func TestNewRequiresDependencies(t *testing.T) {
 	t.Parallel()
-	temporal := temporalAt(t, testenv.ClosedAddr(t))
+	temporal := temporalAt(t, ferrytest.ClosedAddr(t))
 	acts := testActivities(t)
 
 	_, err := worker.New(worker.Config{Activities: acts})
@@ -75,7 +78,7 @@ func TestNewRequiresDependencies(t *testing.T) {
 
 func TestNewFillsDefaults(t *testing.T) {
 	t.Parallel()
-	temporal := temporalAt(t, testenv.ClosedAddr(t))
+	temporal := temporalAt(t, ferrytest.ClosedAddr(t))
 	acts := testActivities(t)
 
 	// Zero MaxConcurrentActivities means the default (64), not "none".
@@ -116,7 +119,7 @@ func TestStopWithoutStart(t *testing.T) {
 
 func TestStartFailsWithoutTemporal(t *testing.T) {
 	t.Parallel()
-	w, err := worker.New(worker.Config{Temporal: temporalAt(t, testenv.ClosedAddr(t)), Activities: testActivities(t)})
+	w, err := worker.New(worker.Config{Temporal: temporalAt(t, ferrytest.ClosedAddr(t)), Activities: testActivities(t)})
 	require.NoError(t, err)
 
 	err = w.Start(t.Context())

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Registered names. Wire contract: never rename.
@@ -30,6 +30,11 @@ const (
 	// so the run never asks twice.
 	ReleaseAggregateActivity = "ferry.ReleaseAggregate"
 )
+
+// DefaultTaskQueue is the task queue of the aggregate workflows when none
+// is set: pollers start them there (poller.Config.TaskQueue) and workers
+// poll it (worker.Config.TaskQueue).
+const DefaultTaskQueue = "ferry"
 
 // Defaults of the aggregate workflow's settings (Settings; and of
 // AggregateInput's fields of the same names for runs before Revision2).
@@ -349,8 +354,8 @@ const (
 
 // HeldPrefix starts the last_error of a row a blocked workflow handed back
 // (HoldEventsActivity); pollers do not mark such a row dispatched. The
-// statements that write and find it are outbox's (outbox.HeldPrefix).
-const HeldPrefix = outbox.HeldPrefix
+// statements that write and find it are relaydb's (relaydb.HeldPrefix).
+const HeldPrefix = relaydb.HeldPrefix
 
 // HoldInterval is how long a held row stays out of the claim when nothing
 // releases it (its workflow was terminated while blocked): it is then

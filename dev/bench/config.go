@@ -163,7 +163,7 @@ const (
 var SourceNames = []string{SourcePoll, SourceWAL}
 
 // defaultPostgresBin is where Debian's PostgreSQL 15 keeps initdb and
-// pg_ctl, as for the tests' private clusters (internal/testenv).
+// pg_ctl, as for the tests' private clusters (ferrytest/servers).
 const defaultPostgresBin = "/usr/lib/postgresql/15/bin"
 
 // privateCluster says whether the bench runs on a PostgreSQL cluster of

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -306,7 +307,7 @@ func (r *runner) runProbe(ctx context.Context, aggType string, delay time.Durati
 		if p.Handed == 0 {
 			var owner, cause string
 			err := r.pool.QueryRow(ctx, sqlProbeOwner, typ, probeAggregate).Scan(&owner, &cause)
-			if err == nil && owner == outbox.OwnerWorkflow {
+			if err == nil && owner == relaydb.OwnerWorkflow {
 				p.Handed, p.Cause = time.Since(committed), cause
 			}
 		}

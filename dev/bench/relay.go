@@ -15,7 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 )
 
 // RelayConfig configures the plain relay.
@@ -235,7 +235,7 @@ func (r *Relay) runOnce(ctx context.Context) (claimed, sent int, err error) {
 	msgs := make([]broker.Message, len(send))
 	for i, x := range send {
 		msgs[i] = broker.Message{
-			ID: x.id, Type: x.eventType, RoutingKey: delivery.DefaultRoutingKey(x.aggType, x.eventType),
+			ID: x.id, Type: x.eventType, RoutingKey: rabbitmq.DefaultRoutingKey(x.aggType, x.eventType),
 			Headers: amqp.Table{
 				broker.HeaderAggregateType:    x.aggType,
 				broker.HeaderAggregateID:      x.aggID,

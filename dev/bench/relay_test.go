@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -19,12 +19,12 @@ func TestRelayDeliversEverythingInOrder(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	db := testenv.Postgres(t)
-	mq := testenv.RabbitMQ(t)
+	db := ferrytest.NewDB(t, "")
+	mq := ferrytest.NewBroker(t, "")
 	_, err := db.Pool.Exec(ctx, sqlBenchTable)
 	require.NoError(t, err)
 
-	consumer, err := StartConsumer(mq.URL, mq.Exchange, testenv.Name("ferry.bench.test"))
+	consumer, err := StartConsumer(mq.URL, mq.Exchange, ferrytest.Name("ferry.bench.test"))
 	require.NoError(t, err)
 	defer consumer.Close()
 	tally := NewTally("bench_test")
@@ -87,7 +87,7 @@ func TestRelayDeliversEverythingInOrder(t *testing.T) {
 
 func TestCommitRateWritesBusinessRowsAndEvents(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	_, err := db.Pool.Exec(t.Context(), sqlBenchTable)
 	require.NoError(t, err)
 	w, err := outbox.NewWriter(outbox.Config{})

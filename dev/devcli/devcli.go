@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
 	"github.com/ferry-outbox/ferry/cmd/ferry/cli"
 	"github.com/ferry-outbox/ferry/dev/demo"
 	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/examples/inventory"
-	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
 	"github.com/ferry-outbox/ferry/outbox"

@@ -21,9 +21,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
 	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -363,8 +364,8 @@ func unroutableScenario(t *testing.T, p *promServer, figs *alertFigures) {
 // resolve, and the drained events' latency fires FerryLatencyHigh, which
 // resolves when its window has passed.
 func brokerScenario(t *testing.T, p *promServer, figs *alertFigures) {
-	mq := testenv.StartRabbitNode(t, "")
-	e := setupOn(t, testenv.Postgres(t), testenv.RabbitMQAt(t, mq.URL))
+	mq := servers.StartRabbitNode(t, "")
+	e := setupOn(t, ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, mq.URL))
 	_, addr := runWithMetrics(t, e, "run")
 	p.AddTarget(t, "ferry", addr)
 	e.warmUp(t)
@@ -392,7 +393,7 @@ func brokerScenario(t *testing.T, p *promServer, figs *alertFigures) {
 // Prometheus sees the server's own /metrics go down. The server started
 // again on its data, the backlog drains and they resolve.
 func temporalScenario(t *testing.T, p *promServer, figs *alertFigures) {
-	o := startOwnTemporalWith(t, &ownTemporal{metricsAddr: testenv.ClosedAddr(t)})
+	o := startOwnTemporalWith(t, &ownTemporal{metricsAddr: ferrytest.ClosedAddr(t)})
 	e := setup(t)
 	_, addr := runWithMetrics(t, e, "run", o.env()...)
 	p.AddTarget(t, "ferry", addr)
@@ -438,9 +439,9 @@ func temporalScenario(t *testing.T, p *promServer, figs *alertFigures) {
 // On a private PostgreSQL: on the shared one, any other session's snapshot
 // holds back vacuum too, so the dead row versions would outlive the repair.
 func maintenanceScenario(t *testing.T, p *promServer, figs *alertFigures) {
-	e := setupOn(t, testenv.StartPrivatePostgres(t).DB(t), testenv.RabbitMQ(t))
+	e := setupOn(t, ferrytest.NewDB(t, servers.StartPrivatePostgres(t).URL), ferrytest.NewBroker(t, ""))
 	ctx := context.Background()
-	proxy := testenv.NewProxy(t, postgresHost(t, e.db.URL))
+	proxy := servers.NewProxy(t, postgresHost(t, e.db.URL))
 	_, addr := runWithMetrics(t, e, "run", "FERRY_POSTGRES_URL="+withHost(t, withParam(e.db.URL, "application_name", e.db.Schema+"/run"), proxy.Addr()))
 	runRetention := func(id string) client.WorkflowRun {
 		t.Helper()
@@ -565,13 +566,13 @@ func consumerScenario(t *testing.T, p *promServer, figs *alertFigures) {
 	ferryEnv := []string{"FERRY_ROUTING_KEY=order.{event_type}", "FERRY_EFFECTS=" + e.aggType + ".created=charge,email:confirmation",
 		"FERRY_PAYMENTS_URL=" + provider.URL(), "FERRY_SMTP_ADDRESS=" + sink.Addr()}
 
-	queue := testenv.Name("inventory")
+	queue := ferrytest.Name("inventory")
 	conn, err := amqp.Dial(e.br.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	t.Cleanup(func() { testenv.DeleteConsumerTopology(ch, queue) })
+	t.Cleanup(func() { ferrytest.DeleteConsumerTopology(ch, queue) })
 	consumer := e.spawn(t, []string{"consume-example", "--queue", queue}, childEnv+"=1", "FERRY_METRICS_ADDRESS=127.0.0.1:0")
 	consumerAddr := regexp.MustCompile(`/metrics on http://([0-9.:]+)/metrics`)
 	waitFor(t, 30*time.Second, "the consumer's /metrics address", func() bool { return consumerAddr.MatchString(consumer.out.String()) })
@@ -597,7 +598,7 @@ func consumerScenario(t *testing.T, p *promServer, figs *alertFigures) {
 	// through a proxy) while orders come in. The process stays up and
 	// scraped: a worker process that is new to Prometheus has new series,
 	// whose first observations rate() cannot see.
-	toTemporal := testenv.NewProxy(t, temporalAddr)
+	toTemporal := servers.NewProxy(t, temporalAddr)
 	_, workerAddr := runWithMetrics(t, e, "worker", append([]string{"FERRY_TEMPORAL_ADDRESS=" + toTemporal.Addr()}, ferryEnv...)...)
 	p.AddTarget(t, "ferry", workerAddr)
 	order("warm", 2)

@@ -21,8 +21,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/inbox"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -338,7 +338,7 @@ func (e *env) newChecker(t *testing.T) *checker {
 	require.NoError(t, err)
 	_, err = e.db.Pool.Exec(ctx, sqlCreateDeliveries)
 	require.NoError(t, err)
-	c := &checker{t: t, e: e, temporal: tclient, ns: namespace, queue: testenv.Name("ferry.checker"), attempts: map[string]attempt{}}
+	c := &checker{t: t, e: e, temporal: tclient, ns: namespace, queue: ferrytest.Name("ferry.checker"), attempts: map[string]attempt{}}
 	t.Cleanup(func() { deleteConsumerQueues(t, e.br.URL, c.queue) })
 	c.tap, c.stopTap = e.consume(t)
 	return c
@@ -360,7 +360,7 @@ func deleteConsumerQueues(t *testing.T, amqpURL, queue string) {
 		t.Errorf("delete the checker's queues: %v", err)
 		return
 	}
-	testenv.DeleteConsumerTopology(ch, queue)
+	ferrytest.DeleteConsumerTopology(ch, queue)
 }
 
 // startConsumer runs a checker consumer process (see checkerConsumerMain).

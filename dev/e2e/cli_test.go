@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/schema"
 )
 
@@ -31,8 +31,8 @@ func ferry(t *testing.T, env []string, args ...string) (int, string) {
 // what to set, no stack trace, no password.
 func TestCommandsExplainUnreachableServices(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	dead := testenv.ClosedAddr(t)
+	db := ferrytest.NewDB(t, "")
+	dead := ferrytest.ClosedAddr(t)
 	cases := []struct {
 		name string
 		env  []string
@@ -83,7 +83,7 @@ func TestCommandsExplainUnreachableServices(t *testing.T) {
 
 func TestMigrateReportsWhatItDid(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t) // already migrated
+	db := ferrytest.NewDB(t, "") // already migrated
 	code, out := ferry(t, []string{"FERRY_POSTGRES_URL=" + db.URL}, "migrate")
 	require.Equal(t, 0, code, out)
 	ms, err := schema.Migrations()

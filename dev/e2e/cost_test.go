@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/dev/devserver"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -182,7 +182,7 @@ func costServer(t *testing.T) (*devserver.Server, string) {
 
 func costClient(t *testing.T, srv *devserver.Server) client.Client {
 	t.Helper()
-	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: testenv.QuietLogger()})
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace(), Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c

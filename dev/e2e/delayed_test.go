@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 )
@@ -80,9 +80,9 @@ func (e *env) delayedScenario(t *testing.T) map[string]delivered {
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(metrics.NewOutboxCollector(e.db.Pool)))
 	delayedLabels := map[string]string{"aggregate_type": e.aggType, "status": "delayed"}
-	require.Equal(t, 4.0, testenv.Sample(t, reg, "ferry_outbox_events", delayedLabels), "the waiting rows count as delayed")
-	require.Empty(t, testenv.Series(t, reg, "ferry_outbox_oldest_age_seconds", delayedLabels), "a delayed row has no age: it is not late")
-	next := testenv.Sample(t, reg, "ferry_outbox_next_due_seconds", map[string]string{"aggregate_type": e.aggType})
+	require.Equal(t, 4.0, ferrytest.Sample(t, reg, "ferry_outbox_events", delayedLabels), "the waiting rows count as delayed")
+	require.Empty(t, ferrytest.Series(t, reg, "ferry_outbox_oldest_age_seconds", delayedLabels), "a delayed row has no age: it is not late")
+	next := ferrytest.Sample(t, reg, "ferry_outbox_next_due_seconds", map[string]string{"aggregate_type": e.aggType})
 	require.InDelta(t, 2, next, 1, "the first is due in about 2s")
 	require.Less(t, time.Since(written), 1500*time.Millisecond, "the checks above ran before the rows were due")
 

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 )
 
 // 20 events over 5 aggregates, each committed with its business row, reach
@@ -76,7 +76,7 @@ func TestRolledBackEventIsNeverDelivered(t *testing.T) {
 func TestBrokerOutageLosesNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	proxy := testenv.NewProxy(t, "127.0.0.1:5672")
+	proxy := servers.NewProxy(t, "127.0.0.1:5672")
 	e.startFerry(t, ferryOpts{amqpURL: "amqp://guest:guest@" + proxy.Addr() + "/"})
 
 	e.warmUp(t)

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/ferry-outbox/ferry/destination"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -30,7 +30,7 @@ func TestWorkflowDestinationCost(t *testing.T) {
 	srv, metricsURL := costServer(t)
 	c := costClient(t, srv)
 
-	userTQ := testenv.Name("cost-user")
+	userTQ := ferrytest.Name("cost-user")
 	uw := sdkworker.New(c, userTQ, sdkworker.Options{})
 	uw.RegisterWorkflowWithOptions(func(workflow.Context, destination.Envelope) error { return nil }, workflow.RegisterOptions{Name: "CostDone"})
 	uw.RegisterWorkflowWithOptions(recorderWorkflow, workflow.RegisterOptions{Name: "CostSink"})
@@ -41,7 +41,7 @@ func TestWorkflowDestinationCost(t *testing.T) {
 	measure := func(t *testing.T, name string, noBroker bool, routes func(aggType string) []string, prepare func(aggType string)) result {
 		var e *env
 		if noBroker {
-			e = setupOn(t, testenv.Postgres(t), nil)
+			e = setupOn(t, ferrytest.NewDB(t, ""), nil)
 		} else {
 			e = setup(t)
 		}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/codec"
 	"github.com/ferry-outbox/ferry/destination"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -70,7 +70,7 @@ func recorderWorkflow(ctx workflow.Context, first destination.Envelope) error {
 // recorderWorkflow registered under each of names.
 func startUserWorker(t *testing.T, names ...string) string {
 	t.Helper()
-	tq := testenv.Name("user-tq")
+	tq := ferrytest.Name("user-tq")
 	w := sdkworker.New(tclient, tq, sdkworker.Options{})
 	for _, n := range names {
 		w.RegisterWorkflowWithOptions(recorderWorkflow, workflow.RegisterOptions{Name: n})
@@ -185,7 +185,7 @@ func TestWorkflowDestinationsStartAndSignal(t *testing.T) {
 func TestWorkflowDestinationRepeatsAreNoOps(t *testing.T) {
 	t.Parallel()
 	tq := startUserWorker(t, "E2ERecorder")
-	aggType := testenv.Name("order")
+	aggType := ferrytest.Name("order")
 	dests, err := destination.ParseAll([]string{
 		fmt.Sprintf("%s.created=start:rec,type=E2ERecorder,queue=%s,id=rec-{aggregate_id}", aggType, tq),
 		fmt.Sprintf("%s.paid=signal:rec,id=rec-{aggregate_id}", aggType),
@@ -307,7 +307,7 @@ func TestWorkflowDestinationFailuresQuarantineAndRepair(t *testing.T) {
 // touched (this test has none).
 func TestNoBrokerDeployment(t *testing.T) {
 	t.Parallel()
-	e := setupOn(t, testenv.Postgres(t), nil)
+	e := setupOn(t, ferrytest.NewDB(t, ""), nil)
 	tq := startUserWorker(t, "E2EFulfilment")
 	e.startFerry(t, ferryOpts{noBroker: true, destinations: []string{
 		fmt.Sprintf("%s.created=start:fulfil,type=E2EFulfilment,queue=%s,id=fulfil-{aggregate_id}", e.aggType, tq),
@@ -354,7 +354,7 @@ func TestFerryCommandWithoutBroker(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(
 		"no-broker: true\ndestination: %s.created=start:fulfil,type=E2ECliFulfilment,queue=%s,id=cli-{aggregate_id}; %s.paid=signal:fulfil,id=cli-{aggregate_id}\n",
 		e.aggType, tq, e.aggType)), 0o600))
-	dead := "FERRY_AMQP_URL=amqp://guest:guest@" + testenv.ClosedAddr(t) + "/"
+	dead := "FERRY_AMQP_URL=amqp://guest:guest@" + ferrytest.ClosedAddr(t) + "/"
 
 	ping := e.spawn(t, []string{"ping", "--config", cfgFile}, childEnv+"=1", dead)
 	ping.waitExit(t, time.Minute)
@@ -411,7 +411,7 @@ func TestHeadersReachBrokerAndWorkflow(t *testing.T) {
 // it. A new event to the closed workflow still fails, to be retried.
 func TestSignalRepeatedAfterTheWorkflowClosed(t *testing.T) {
 	t.Parallel()
-	tq := testenv.Name("user-tq")
+	tq := ferrytest.Name("user-tq")
 	w := sdkworker.New(tclient, tq, sdkworker.Options{})
 	// One signal, then done; with again, continue as new first and let
 	// the new run complete at once.
@@ -428,7 +428,7 @@ func TestSignalRepeatedAfterTheWorkflowClosed(t *testing.T) {
 	}, workflow.RegisterOptions{Name: "E2EOneSignal"})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-	aggType := testenv.Name("order")
+	aggType := ferrytest.Name("order")
 	dests, err := destination.ParseAll([]string{fmt.Sprintf("%s.paid=signal:once,id=once-{aggregate_id}", aggType)})
 	require.NoError(t, err)
 	router, err := destination.NewRouter(dests)
@@ -493,10 +493,10 @@ func TestDestinationEnvelopesAreSealedByTheCodec(t *testing.T) {
 	cdc, err := codec.New([]codec.Key{key})
 	require.NoError(t, err)
 	dc := codec.DataConverter(cdc)
-	sealed, err := client.NewClientFromExisting(tclient, client.Options{Namespace: namespace, DataConverter: dc, Logger: testenv.QuietLogger()})
+	sealed, err := client.NewClientFromExisting(tclient, client.Options{Namespace: namespace, DataConverter: dc, Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(sealed.Close)
-	tq := testenv.Name("user-tq")
+	tq := ferrytest.Name("user-tq")
 	w := sdkworker.New(sealed, tq, sdkworker.Options{})
 	w.RegisterWorkflowWithOptions(recorderWorkflow, workflow.RegisterOptions{Name: "E2ESealed"})
 	require.NoError(t, w.Start())

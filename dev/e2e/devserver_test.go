@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // A port the embedded Temporal server has to bind is taken: Start returns
@@ -41,9 +41,9 @@ func TestDevserverReportsATakenPort(t *testing.T) {
 			ports[tt.index] = strconv.Itoa(taken)
 
 			cmd := exec.Command(os.Args[0])
-			out := &testenv.Buffer{}
+			out := &ferrytest.Buffer{}
 			cmd.Stdout, cmd.Stderr = out, out
-			cmd.Env = append(os.Environ(), childEnv+"=temporal", temporalAddrEnv+"="+testenv.ClosedAddr(t), temporalPortsEnv+"="+strings.Join(ports, ","))
+			cmd.Env = append(os.Environ(), childEnv+"=temporal", temporalAddrEnv+"="+ferrytest.ClosedAddr(t), temporalPortsEnv+"="+strings.Join(ports, ","))
 			require.NoError(t, cmd.Start())
 			c := &child{cmd: cmd, out: out, done: make(chan struct{})}
 			go func() { c.err = cmd.Wait(); close(c.done) }()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
 	"github.com/ferry-outbox/ferry/effects/payment"
@@ -103,7 +104,9 @@ func setupEffects(t *testing.T, o effectsOpts) *effectsEnv {
 	pub, err := broker.New(broker.Config{URL: e.br.URL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Publisher: pub, Effects: router.For})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Broker: target, Effects: router.For})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Temporal: tclient, Activities: acts, TaskQueue: e.taskQueue,
 		Effects: []worker.Registrar{effects.Workflows{}, payActs, mailActs}, MaxConcurrentActivities: 200,

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/activities"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -183,7 +183,7 @@ func TestEventCommandShowsOneEvent(t *testing.T) {
 
 	// Temporal unreachable: the row still shows, and the workflow part says
 	// why it is missing.
-	down := []string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_TEMPORAL_ADDRESS=" + testenv.ClosedAddr(t)}
+	down := []string{"FERRY_POSTGRES_URL=" + e.db.URL, "FERRY_TEMPORAL_ADDRESS=" + ferrytest.ClosedAddr(t)}
 	code, out = ferry(t, down, "event", poisoned)
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "  status         published, ")

@@ -20,7 +20,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/dev/tcluster"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -117,10 +117,10 @@ func startOwnTemporal(t *testing.T) *ownTemporal {
 // (metricsAddr).
 func startOwnTemporalWith(t *testing.T, o *ownTemporal) *ownTemporal {
 	t.Helper()
-	o.addr, o.namespace, o.dbPath = testenv.ClosedAddr(t), "default", filepath.Join(t.TempDir(), "temporal.db")
+	o.addr, o.namespace, o.dbPath = ferrytest.ClosedAddr(t), "default", filepath.Join(t.TempDir(), "temporal.db")
 	o.start(t)
 	t.Cleanup(func() { o.kill() })
-	c, err := client.Dial(client.Options{HostPort: o.addr, Namespace: o.namespace, Logger: testenv.QuietLogger()})
+	c, err := client.Dial(client.Options{HostPort: o.addr, Namespace: o.namespace, Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	o.client = c
@@ -135,7 +135,7 @@ func (o *ownTemporal) start(t *testing.T) {
 	for try := 1; ; try++ {
 		args, env, ready := o.command()
 		cmd := exec.Command(os.Args[0], args...)
-		out := &testenv.Buffer{}
+		out := &ferrytest.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Env = append(os.Environ(), env...)
 		require.NoError(t, cmd.Start())

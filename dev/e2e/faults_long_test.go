@@ -18,7 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -86,11 +87,11 @@ func TestLongBacklog(t *testing.T) {
 	// A cluster of the test's own: pg_stat_activity shows the first
 	// track_activity_query_size bytes of a statement (1 kB by default, a
 	// server setting), and the claim statement is longer.
-	pg := testenv.StartPrivatePostgres(t, "track_activity_query_size=16384")
-	e := setupOn(t, pg.DB(t), testenv.RabbitMQ(t))
+	pg := servers.StartPrivatePostgres(t, "track_activity_query_size=16384")
+	e := setupOn(t, ferrytest.NewDB(t, pg.URL), ferrytest.NewBroker(t, ""))
 	c := e.newChecker(t)
 	c.noSignals = true
-	proxy := testenv.NewProxy(t, temporalAddr)
+	proxy := servers.NewProxy(t, temporalAddr)
 	viaProxy := "FERRY_TEMPORAL_ADDRESS=" + proxy.Addr()
 	procs := map[string]*child{
 		"poller":   e.startProcess(t, "poller", viaProxy),

@@ -14,8 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 	_ "modernc.org/sqlite" // reads the embedded server's SQLite file
 
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/internal/testhook"
 	"github.com/ferry-outbox/ferry/poller"
 )
@@ -320,8 +321,8 @@ func TestFaultShortLeaseNegativeControl(t *testing.T) {
 	c.startConsumer(t)
 	c.waitConsuming(t)
 
-	proxy := testenv.NewProxy(t, temporalAddr)
-	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: testenv.QuietLogger()})
+	proxy := servers.NewProxy(t, temporalAddr)
+	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(pc.Close)
 	for i := range 2 {

@@ -28,9 +28,10 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	fdelivery "github.com/ferry-outbox/ferry/delivery"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/destination"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/internal/telemetry"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
@@ -42,8 +43,8 @@ import (
 // aggregate type (workflow IDs embed the aggregate type, so tests sharing
 // the embedded server never signal each other's workflows).
 type env struct {
-	db        *testenv.DB
-	br        *testenv.Broker
+	db        *ferrytest.DB
+	br        *ferrytest.Broker
 	taskQueue string
 	aggType   string
 	writer    *outbox.Writer
@@ -51,12 +52,12 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	return setupOn(t, testenv.Postgres(t), testenv.RabbitMQ(t))
+	return setupOn(t, ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, ""))
 }
 
 // setupOn is setup on a schema and a broker of the caller's choice (a
 // private PostgreSQL or RabbitMQ node that the test may stop).
-func setupOn(t *testing.T, db *testenv.DB, br *testenv.Broker) *env {
+func setupOn(t *testing.T, db *ferrytest.DB, br *ferrytest.Broker) *env {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, note text NOT NULL)`)
 	require.NoError(t, err)
@@ -65,8 +66,8 @@ func setupOn(t *testing.T, db *testenv.DB, br *testenv.Broker) *env {
 	return &env{
 		db:        db,
 		br:        br,
-		taskQueue: testenv.Name("tq"),
-		aggType:   testenv.Name("order"),
+		taskQueue: ferrytest.Name("tq"),
+		aggType:   ferrytest.Name("order"),
 		writer:    w,
 	}
 }
@@ -132,7 +133,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 		// the worker and the pollers use (sharing the connection).
 		ti, err := telemetry.TemporalInterceptor(o.tracer)
 		require.NoError(t, err)
-		traced, err := client.NewClientFromExisting(tclient, client.Options{Namespace: namespace, Logger: testenv.QuietLogger(),
+		traced, err := client.NewClientFromExisting(tclient, client.Options{Namespace: namespace, Logger: ferrytest.QuietLogger(),
 			Interceptors: []interceptor.ClientInterceptor{ti}})
 		require.NoError(t, err)
 		t.Cleanup(traced.Close)
@@ -144,18 +145,19 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 	if o.temporal == nil {
 		o.temporal = tclient
 	}
-	var pub *broker.Publisher
+	var brokerTarget fdelivery.Target
 	if !o.noBroker {
-		var err error
-		pub, err = broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
+		pub, err := broker.New(broker.Config{URL: o.amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, MaxMessageBytes: o.maxMessageBytes})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = pub.Close() })
+		brokerTarget, err = rabbitmq.New(rabbitmq.Config{Publisher: pub, TracerProvider: o.tracer})
+		require.NoError(t, err)
 	}
 	dests, err := destination.ParseAll(o.destinations)
 	require.NoError(t, err)
 	router, err := destination.NewRouter(dests)
 	require.NoError(t, err)
-	acts, err := activities.New(activities.Config{Pool: o.pool, Publisher: pub, NoBroker: o.noBroker, Destinations: router, Namespace: namespace,
+	acts, err := activities.New(activities.Config{Pool: o.pool, Broker: brokerTarget, Destinations: router, Namespace: namespace,
 		DataConverter: o.dataConverter,
 		Metrics:       o.metrics, MaintenanceMetrics: o.maint, Temporal: workerClient, TracerProvider: o.tracer})
 	require.NoError(t, err)
@@ -179,7 +181,7 @@ func (e *env) startFerry(t *testing.T, o ferryOpts) {
 				Heartbeat: poller.LaneHeartbeat(lease)})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = lp.Close() })
-			target, err = fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: lp, TracerProvider: o.tracer})
+			target, err = rabbitmq.New(rabbitmq.Config{Publisher: lp, TracerProvider: o.tracer})
 			require.NoError(t, err)
 			needs = func(aggType, eventType string) bool {
 				routes, _ := router.For(aggType, eventType)
@@ -412,7 +414,7 @@ func (e *env) count(t *testing.T, query string, args ...any) int {
 // child is a process of its own: `ferry <sub>`, or the checker's consumer.
 type child struct {
 	cmd  *exec.Cmd
-	out  *testenv.Buffer
+	out  *ferrytest.Buffer
 	done chan struct{} // closed once the process has exited
 	err  error         // Wait's result; read it after done
 }
@@ -436,7 +438,7 @@ func (e *env) startProcess(t *testing.T, sub string, extraEnv ...string) *child 
 func (e *env) spawn(t *testing.T, args []string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	out := &testenv.Buffer{}
+	out := &ferrytest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(append(os.Environ(),
 		"FERRY_POSTGRES_URL="+withParam(e.db.URL, "application_name", e.db.Schema+"/"+args[0]),

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // The image's final stage, as the Dockerfile has it, built with Debian's
@@ -64,7 +64,7 @@ func TestImage(t *testing.T) {
 	df := string(dockerfile)
 	ld := regexp.MustCompile(`-ldflags="([^"]*)"`).FindStringSubmatch(df)
 	require.NotNil(t, ld, "the Dockerfile's go build has no -ldflags")
-	commit := "image-test-" + testenv.Name("c")
+	commit := "image-test-" + ferrytest.Name("c")
 	ldflags := os.Expand(ld[1], func(k string) string {
 		return map[string]string{"FERRY_COMMIT": commit, "FERRY_VERSION": "v0.0.0-image-test"}[k]
 	})
@@ -132,8 +132,8 @@ func TestImage(t *testing.T) {
 	require.Contains(t, version, "commit:       "+commit+"\n", "the Dockerfile's -ldflags reach ferry version")
 
 	// migrate, into a schema no test migrated.
-	schema := testenv.Name("ferry_image")
-	admin, err := pgx.Connect(ctx, testenv.PostgresBaseURL())
+	schema := ferrytest.Name("ferry_image")
+	admin, err := pgx.Connect(ctx, ferrytest.PostgresURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { admin.Close(context.Background()) })
 	_, err = admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
@@ -142,13 +142,13 @@ func TestImage(t *testing.T) {
 		_, err := admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 		require.NoError(t, err)
 	})
-	pgURL := testenv.WithSearchPath(testenv.PostgresBaseURL(), schema)
+	pgURL := ferrytest.WithSearchPath(ferrytest.PostgresURL(), schema)
 	require.Contains(t, mustRun("migrate", "--postgres-url", pgURL), "applied")
 	var tables int
 	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename IN ('outbox_events', 'outbox_aggregates')`, schema).Scan(&tables))
 	require.Equal(t, 2, tables, "ferry migrate in the image created Ferry's tables")
 
-	br := testenv.RabbitMQ(t)
+	br := ferrytest.NewBroker(t, "")
 	ping := mustRun("ping", "--postgres-url", pgURL, "--amqp-url", br.URL, "--exchange", br.Exchange,
 		"--temporal-address", temporalAddr, "--namespace", namespace)
 	require.Contains(t, ping, "ferry: PostgreSQL, Temporal and RabbitMQ answer\n")

@@ -17,8 +17,8 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/internal/failpoint"
-	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -588,12 +588,12 @@ func TestLaneRunReleasesWhileEventsArrive(t *testing.T) {
 		cycled[id] = true
 		waitFor(t, 30*time.Second, fmt.Sprintf("cycle %d: A handed to its workflow", i), func() bool {
 			o, ok := e.laneOwner(t, "A")
-			return ok && o.Owner == outbox.OwnerWorkflow && o.Cause == poller.ClassUnroutable
+			return ok && o.Owner == relaydb.OwnerWorkflow && o.Cause == poller.ClassUnroutable
 		})
 		e.br.Bind(t, e.aggType+"."+typ)
 		waitFor(t, time.Minute, fmt.Sprintf("cycle %d: its event published and A back in the lane", i), func() bool {
 			o, ok := e.laneOwner(t, "A")
-			return (!ok || o.Owner == outbox.OwnerRelay) &&
+			return (!ok || o.Owner == relaydb.OwnerRelay) &&
 				e.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND status = 'published'`, id) == 1
 		})
 	}

@@ -10,16 +10,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/broker"
-	fdelivery "github.com/ferry-outbox/ferry/delivery"
-	"github.com/ferry-outbox/ferry/internal/testenv"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // The publish-first lane when a relay's broker connection stalls (issue
 // 24: "Confirm waits are bounded below the lease, so a publish can never
 // outlive the ownership it was made under"): the relay's publisher dials
-// RabbitMQ through a testenv.Proxy the test stalls.
+// RabbitMQ through a servers.Proxy the test stalls.
 
 // lanePoller is a poller of the lane in this process, publishing through
 // its own publisher at amqpURL (a proxy, for the stall test), named name.
@@ -29,9 +30,9 @@ func (e *env) lanePoller(t *testing.T, name, amqpURL string, lease time.Duration
 	pub, err := broker.New(broker.Config{URL: amqpURL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second, Heartbeat: poller.LaneHeartbeat(lease)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	target, err := fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: pub})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
 	require.NoError(t, err)
-	logs := &testenv.Buffer{}
+	logs := &ferrytest.Buffer{}
 	p, err := poller.New(poller.Config{
 		Pool:          e.db.Pool,
 		Temporal:      tclient,
@@ -75,7 +76,7 @@ func TestLaneSlowConfirmWithinTheLeaseIsMarked(t *testing.T) {
 	const lease = 60 * time.Second
 	u, err := url.Parse(e.br.URL)
 	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, u.Host)
+	proxy := servers.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
 	e.lanePoller(t, "slow", u.String(), lease)
 
@@ -85,7 +86,7 @@ func TestLaneSlowConfirmWithinTheLeaseIsMarked(t *testing.T) {
 	proxy.Stall()
 	v2, err := e.commit(ctx, "A", false)
 	require.NoError(t, err)
-	var own outbox.Owner
+	var own relaydb.Owner
 	waitFor(t, 20*time.Second, "the relay owning A, v2 on the wire", func() bool {
 		o, ok := e.laneOwner(t, "A")
 		own = o
@@ -134,7 +135,7 @@ func TestLaneConfirmWaitOutlivesLease(t *testing.T) {
 	const lease = 12 * time.Second
 	u, err := url.Parse(e.br.URL)
 	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, u.Host)
+	proxy := servers.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
 	stalled := e.lanePoller(t, "stalled", u.String(), lease)
 
@@ -149,7 +150,7 @@ func TestLaneConfirmWaitOutlivesLease(t *testing.T) {
 	stalledAt := time.Now()
 	v2, err := e.commit(ctx, "A", false)
 	require.NoError(t, err)
-	var own outbox.Owner
+	var own relaydb.Owner
 	waitFor(t, 20*time.Second, "the stalled relay owning A, v2 on the wire", func() bool {
 		o, ok := e.laneOwner(t, "A")
 		own = o

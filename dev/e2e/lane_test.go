@@ -15,10 +15,12 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/ferry-outbox/ferry/broker"
-	fdelivery "github.com/ferry-outbox/ferry/delivery"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -28,9 +30,9 @@ import (
 // released it.
 
 // laneOwner reads an aggregate's owner row; ok is false when none.
-func (e *env) laneOwner(t *testing.T, aggID string) (outbox.Owner, bool) {
+func (e *env) laneOwner(t *testing.T, aggID string) (relaydb.Owner, bool) {
 	t.Helper()
-	o, ok, err := outbox.OwnerOf(context.Background(), e.db.Pool, e.aggType, aggID)
+	o, ok, err := relaydb.OwnerOf(context.Background(), e.db.Pool, e.aggType, aggID)
 	require.NoError(t, err)
 	return o, ok
 }
@@ -91,11 +93,11 @@ func TestLaneHandsAFailingAggregateToItsWorkflowAndBack(t *testing.T) {
 	poison, err := e.commitType(ctx, "A", "poison", false)
 	require.NoError(t, err)
 	committedAt := time.Now()
-	var owner outbox.Owner
+	var owner relaydb.Owner
 	waitFor(t, 30*time.Second, "A handed to its workflow", func() bool {
 		o, ok := e.laneOwner(t, "A")
 		owner = o
-		return ok && o.Owner == outbox.OwnerWorkflow
+		return ok && o.Owner == relaydb.OwnerWorkflow
 	})
 	require.Equal(t, "Unroutable", owner.Cause)
 	// The run retries the event on the regular path: a pending
@@ -181,7 +183,7 @@ func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
 			// A full queue that rejects new messages: the broker nacks.
 			e.br.Unbind(t, "#")
 			e.br.Bind(t, e.aggType+".changed")
-			full := testenv.Name("full")
+			full := ferrytest.Name("full")
 			ch := e.br.Channel(t)
 			_, err := ch.QueueDeclare(full, false, true, false, false, amqp.Table{"x-max-length": 0, "x-overflow": "reject-publish"})
 			require.NoError(t, err)
@@ -200,8 +202,8 @@ func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
 			t.Parallel()
 			var e *env
 			if tt.class == "MessageRefused" {
-				node := testenv.StartRabbitNode(t, "max_message_size = 1024")
-				e = setupOn(t, testenv.Postgres(t), testenv.RabbitMQAt(t, node.URL))
+				node := servers.StartRabbitNode(t, "max_message_size = 1024")
+				e = setupOn(t, ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, node.URL))
 			} else {
 				e = setup(t)
 			}
@@ -216,11 +218,11 @@ func TestLaneHandsOverOnEveryFailureClass(t *testing.T) {
 			waitFor(t, 30*time.Second, "the healthy aggregate's first event", func() bool { return l.unique() == 1 })
 
 			bad := e.commitLarge(t, "X", "bad", tt.class == "PayloadTooLarge" || tt.class == "MessageRefused")
-			var owner outbox.Owner
+			var owner relaydb.Owner
 			waitFor(t, 30*time.Second, "X handed to its workflow", func() bool {
 				o, ok := e.laneOwner(t, "X")
 				owner = o
-				return ok && o.Owner == outbox.OwnerWorkflow
+				return ok && o.Owner == relaydb.OwnerWorkflow
 			})
 			require.Equal(t, tt.class, owner.Cause)
 			if tt.permanent {
@@ -276,11 +278,11 @@ func TestLaneRunThatLostItsEpochFails(t *testing.T) {
 	ctx := context.Background()
 	poison, err := e.commitType(ctx, "A", "poison", false)
 	require.NoError(t, err)
-	var owner outbox.Owner
+	var owner relaydb.Owner
 	waitFor(t, 30*time.Second, "A handed to its workflow", func() bool {
 		o, ok := e.laneOwner(t, "A")
 		owner = o
-		return ok && o.Owner == outbox.OwnerWorkflow
+		return ok && o.Owner == relaydb.OwnerWorkflow
 	})
 	wf := workflows.WorkflowID(e.aggType, "A")
 	// Between two attempts (the next comes a second or more later), so
@@ -385,7 +387,7 @@ func TestLaneRefusesAMixedFleet(t *testing.T) {
 	require.Contains(t, out, "every relay of one outbox must run the same lane")
 
 	// In a library: the same refusal, as an error value.
-	target, err := fdelivery.NewRabbitMQ(fdelivery.RabbitMQConfig{Publisher: mustPublisher(t, e)})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: mustPublisher(t, e)})
 	require.NoError(t, err)
 	p, err := poller.New(poller.Config{Pool: e.db.Pool, Temporal: tclient, TaskQueue: e.taskQueue, Name: "lane-in-process",
 		Lane: poller.LanePublishFirst, Target: target})
@@ -469,7 +471,7 @@ func TestLaneSwitchBothWays(t *testing.T) {
 	c1 := mustCommit("C", "flaky")
 	waitFor(t, 30*time.Second, "C handed to its workflow", func() bool {
 		o, ok := e.laneOwner(t, "C")
-		return ok && o.Owner == outbox.OwnerWorkflow
+		return ok && o.Owner == relaydb.OwnerWorkflow
 	})
 	lane.stop(t)
 

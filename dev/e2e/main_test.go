@@ -11,7 +11,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/dev/devcli"
 	"github.com/ferry-outbox/ferry/dev/devserver"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -55,7 +55,7 @@ func run(m *testing.M) int {
 	}
 	defer srv.Stop()
 	temporalAddr, namespace, uiURL = srv.FrontendAddress(), srv.Namespace(), srv.UIURL()
-	tclient, err = client.DialContext(ctx, client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: testenv.QuietLogger()})
+	tclient, err = client.DialContext(ctx, client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: ferrytest.QuietLogger()})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: dial embedded Temporal server: %v\n", err)
 		return 1

@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
@@ -78,8 +78,8 @@ func TestRetentionDeletesOnlyEligibleRows(t *testing.T) {
 	require.Equal(t, int64(2), again.PayloadsPurged)
 	require.Equal(t, 2, e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published' AND payload = 'null'::jsonb`),
 		"identity and timestamps kept, payload gone")
-	require.Equal(t, 6.0, testenv.Sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepDelete}))
-	require.Equal(t, 2.0, testenv.Sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepPurgePayloads}))
+	require.Equal(t, 6.0, ferrytest.Sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepDelete}))
+	require.Equal(t, 2.0, ferrytest.Sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepPurgePayloads}))
 
 	// A batch size above 1000 is held to 1000 rows per statement.
 	_, err = e.db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, published_at)
@@ -90,7 +90,7 @@ func TestRetentionDeletesOnlyEligibleRows(t *testing.T) {
 		workflows.RetentionInput{RowAge: 30 * 24 * time.Hour, BatchSize: 5000}, &big)
 	require.Equal(t, int64(1500), big.Deleted)
 	require.Equal(t, 2, big.Batches, "1000 rows, then 500")
-	require.Equal(t, 1506.0, testenv.Sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepDelete}))
+	require.Equal(t, 1506.0, ferrytest.Sample(t, reg, "ferry_retention_rows_total", map[string]string{"step": metrics.StepDelete}))
 }
 
 // Two Ferry workers keeping the schedules in place make one schedule per
@@ -192,7 +192,7 @@ func TestReconcilerRedispatchesRowsOfALostWorkflow(t *testing.T) {
 		workflows.ReconcileInput{OlderThan: time.Millisecond}, &res)
 	require.Equal(t, int64(3), res.Redispatched)
 	require.Equal(t, []string{wf}, res.Aggregates)
-	require.Equal(t, 3.0, testenv.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotRunning}))
+	require.Equal(t, 3.0, ferrytest.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotRunning}))
 
 	msgs := e.br.Collect(t, 3, time.Minute)
 	require.Len(t, msgs, 3)
@@ -255,8 +255,8 @@ func TestReconcilerRedispatchesRowsANewRunWaitsFor(t *testing.T) {
 		workflows.ReconcileInput{OlderThan: time.Millisecond, DriftSample: -1}, &res)
 	require.Equal(t, int64(3), res.Redispatched, "v1-v3, not v4: %+v", res)
 	require.Equal(t, []string{wf}, res.Aggregates)
-	require.Equal(t, 3.0, testenv.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotHeld}))
-	require.Zero(t, testenv.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotRunning}))
+	require.Equal(t, 3.0, ferrytest.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotHeld}))
+	require.Zero(t, ferrytest.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotRunning}))
 
 	msgs := e.br.Collect(t, 4, time.Minute)
 	require.Len(t, msgs, 4)
@@ -353,10 +353,10 @@ func TestDriftCheckReportsEachKind(t *testing.T) {
 			require.Contains(t, d.Differs, "rows v3 are dispatched but the running workflow does not hold them")
 		}
 	}
-	require.Equal(t, 5.0, testenv.Sample(t, reg, "ferry_drift_sampled_total", nil))
-	require.Zero(t, testenv.Sample(t, reg, "ferry_drift_unchecked_total", nil))
+	require.Equal(t, 5.0, ferrytest.Sample(t, reg, "ferry_drift_sampled_total", nil))
+	require.Zero(t, ferrytest.Sample(t, reg, "ferry_drift_unchecked_total", nil))
 	for _, kind := range []string{workflows.DriftWorkflowAhead, workflows.DriftWorkflowBehind, workflows.DriftWorkflowGone, workflows.DriftSignalLost} {
-		require.Equal(t, 1.0, testenv.Sample(t, reg, "ferry_drift_found_total", map[string]string{"kind": kind}), kind)
+		require.Equal(t, 1.0, ferrytest.Sample(t, reg, "ferry_drift_found_total", map[string]string{"kind": kind}), kind)
 	}
 
 	// The reconciler repairs the orphaned row once it is old enough, and

@@ -20,7 +20,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -39,9 +40,9 @@ import (
 // soon the first demo event is applied (docs/fault-tolerance.md's figure).
 func TestMakeRun(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	mq := testenv.StartRabbitNode(t, "")
-	temporal, ui, dataDir := testenv.ClosedAddr(t), testenv.ClosedAddr(t), t.TempDir()
+	db := ferrytest.NewDB(t, "")
+	mq := servers.StartRabbitNode(t, "")
+	temporal, ui, dataDir := ferrytest.ClosedAddr(t), ferrytest.ClosedAddr(t), t.TempDir()
 	env := []string{childEnv + "=1", "FERRY_POSTGRES_URL=" + db.URL, "FERRY_AMQP_URL=" + mq.URL, "FERRY_TEMPORAL_ADDRESS=" + temporal,
 		"FERRY_DEV_UI_ADDRESS=" + ui, "FERRY_DEV_DATA_DIR=" + dataDir, "FERRY_DEV_DEMO_EVERY=200ms"}
 
@@ -73,7 +74,7 @@ func TestMakeRun(t *testing.T) {
 	// Each demo order is a workflow ferry/order/<id>; its order.created
 	// event starts a payment and an e-mail workflow, which complete against
 	// the sandboxes (a fifth of whose first requests meet a fault).
-	tc, err := client.Dial(client.Options{HostPort: temporal, Namespace: "default", Logger: testenv.QuietLogger()})
+	tc, err := client.Dial(client.Options{HostPort: temporal, Namespace: "default", Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	defer tc.Close()
 	ctx := context.Background()
@@ -171,7 +172,7 @@ func TestMakeRun(t *testing.T) {
 // devProcess is `ferry-dev dev` in a process group of its own.
 type devProcess struct {
 	cmd     *exec.Cmd
-	out     *testenv.Buffer
+	out     *ferrytest.Buffer
 	started time.Time
 	done    chan struct{}
 	err     error
@@ -184,7 +185,7 @@ type devProcess struct {
 func startDev(t *testing.T, env []string) *devProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "dev")
-	out := &testenv.Buffer{}
+	out := &ferrytest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/metrics"
 )
 
@@ -26,31 +27,31 @@ func TestMetricsFollowABacklog(t *testing.T) {
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	reg.MustRegister(metrics.NewOutboxCollector(e.db.Pool))
-	proxy := testenv.NewProxy(t, "127.0.0.1:5672")
+	proxy := servers.NewProxy(t, "127.0.0.1:5672")
 	e.startFerry(t, ferryOpts{amqpURL: "amqp://guest:guest@" + proxy.Addr() + "/", metrics: m})
 	e.warmUp(t)
 
 	proxy.Pause()
 	e.commitN(t, 6, 2)
 	undelivered := func() float64 {
-		return testenv.Sample(t, reg, "ferry_outbox_events", map[string]string{"aggregate_type": e.aggType, "status": "dispatched"}) +
-			testenv.Sample(t, reg, "ferry_outbox_events", map[string]string{"aggregate_type": e.aggType, "status": "pending"})
+		return ferrytest.Sample(t, reg, "ferry_outbox_events", map[string]string{"aggregate_type": e.aggType, "status": "dispatched"}) +
+			ferrytest.Sample(t, reg, "ferry_outbox_events", map[string]string{"aggregate_type": e.aggType, "status": "pending"})
 	}
 	oldest := func() float64 {
-		return max(testenv.Sample(t, reg, "ferry_outbox_oldest_age_seconds", map[string]string{"aggregate_type": e.aggType, "status": "dispatched"}),
-			testenv.Sample(t, reg, "ferry_outbox_oldest_age_seconds", map[string]string{"aggregate_type": e.aggType, "status": "pending"}))
+		return max(ferrytest.Sample(t, reg, "ferry_outbox_oldest_age_seconds", map[string]string{"aggregate_type": e.aggType, "status": "dispatched"}),
+			ferrytest.Sample(t, reg, "ferry_outbox_oldest_age_seconds", map[string]string{"aggregate_type": e.aggType, "status": "pending"}))
 	}
 	waitFor(t, 10*time.Second, "the backlog on /metrics", func() bool { return undelivered() == 6 })
 	first := oldest()
 	waitFor(t, 10*time.Second, "the backlog's age to grow", func() bool { return oldest() > first+1 })
-	require.Positive(t, testenv.Sample(t, reg, "ferry_publish_failures_total", map[string]string{"error_class": "BrokerUnavailable"}))
+	require.Positive(t, ferrytest.Sample(t, reg, "ferry_publish_failures_total", map[string]string{"error_class": "BrokerUnavailable"}))
 
 	proxy.Resume()
 	waitFor(t, 90*time.Second, "the backlog to drain", func() bool { return undelivered() == 0 })
 	require.Zero(t, oldest(), "no undelivered row left to be old")
-	require.Equal(t, 7.0, testenv.Sample(t, reg, "ferry_published_total", map[string]string{"aggregate_type": e.aggType}))
-	require.Equal(t, 7.0, testenv.Sample(t, reg, "ferry_commit_to_published_seconds", nil), "one latency sample per event")
-	require.Positive(t, testenv.Sample(t, reg, "ferry_outbox_table_bytes", nil))
+	require.Equal(t, 7.0, ferrytest.Sample(t, reg, "ferry_published_total", map[string]string{"aggregate_type": e.aggType}))
+	require.Equal(t, 7.0, ferrytest.Sample(t, reg, "ferry_commit_to_published_seconds", nil), "one latency sample per event")
+	require.Positive(t, ferrytest.Sample(t, reg, "ferry_outbox_table_bytes", nil))
 }
 
 // `ferry consume-example --metrics-address` serves the consumer's metrics:
@@ -59,7 +60,7 @@ func TestMetricsFollowABacklog(t *testing.T) {
 func TestConsumeExampleServesConsumerMetrics(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	queue := testenv.Name("inventory")
+	queue := ferrytest.Name("inventory")
 	c := e.spawn(t, []string{"consume-example", "--queue", queue}, childEnv+"=1", "FERRY_METRICS_ADDRESS=127.0.0.1:0")
 	addr := regexp.MustCompile(`/metrics on http://([0-9.:]+)/metrics`)
 	waitFor(t, 30*time.Second, "the consumer's /metrics address", func() bool { return addr.MatchString(c.out.String()) })
@@ -71,7 +72,7 @@ func TestConsumeExampleServesConsumerMetrics(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	t.Cleanup(func() { testenv.DeleteConsumerTopology(ch, queue) })
+	t.Cleanup(func() { ferrytest.DeleteConsumerTopology(ch, queue) })
 	require.NoError(t, ch.Confirm(false))
 	send := func(id string, schema int64) {
 		t.Helper()

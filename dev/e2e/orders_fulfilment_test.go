@@ -21,8 +21,8 @@ import (
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/examples/orders"
 	"github.com/ferry-outbox/ferry/examples/orders/fulfilment"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 )
 
 // ordersServiceMain is the orders example service (as cmd/orders runs it:
@@ -137,14 +137,14 @@ type fulfilmentEnv struct {
 
 func ordersEnv(t *testing.T) *fulfilmentEnv {
 	t.Helper()
-	db, br := testenv.Postgres(t), testenv.RabbitMQ(t)
+	db, br := ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, "")
 	require.NoError(t, orders.Migrate(context.Background(), db.Pool))
 	svc, err := orders.NewService(db.Pool)
 	require.NoError(t, err)
 	return &fulfilmentEnv{
-		env:      &env{db: db, br: br, taskQueue: testenv.Name("tq"), aggType: orders.AggregateType},
+		env:      &env{db: db, br: br, taskQueue: ferrytest.Name("tq"), aggType: orders.AggregateType},
 		svc:      svc,
-		fulfilTQ: testenv.Name("fulfilment"),
+		fulfilTQ: ferrytest.Name("fulfilment"),
 		consumeMQ: func(t *testing.T, timeout time.Duration) (string, bool) {
 			d, ok := br.Get(t, timeout)
 			return d.MessageId, ok

@@ -17,7 +17,7 @@ import (
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/examples/orders"
 	"github.com/ferry-outbox/ferry/examples/orders/fulfilment"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -26,8 +26,8 @@ import (
 // Temporal, with the poller and worker embedded in the service.
 func TestOrdersExampleEndToEnd(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	br := testenv.RabbitMQ(t)
+	db := ferrytest.NewDB(t, "")
+	br := ferrytest.NewBroker(t, "")
 	ctx := context.Background()
 
 	var srv *orders.Server
@@ -36,13 +36,13 @@ func TestOrdersExampleEndToEnd(t *testing.T) {
 		Ferry: ferryoutbox.Config{
 			AMQPURL:      br.URL,
 			Namespace:    namespace,
-			TaskQueue:    testenv.Name("tq"),
+			TaskQueue:    ferrytest.Name("tq"),
 			Exchange:     br.Exchange,
 			PollInterval: 200 * time.Millisecond,
 		},
 		Postgres:   ferryoutbox.PostgresConfig{URL: db.URL},
 		Temporal:   ferryoutbox.TemporalConfig{Address: temporalAddr, Namespace: namespace},
-		Fulfilment: fulfilment.Config{TaskQueue: testenv.Name("fulfilment")},
+		Fulfilment: fulfilment.Config{TaskQueue: ferrytest.Name("fulfilment")},
 	}))
 	require.NoError(t, app.Err())
 	require.NoError(t, app.Start(ctx))

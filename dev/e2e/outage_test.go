@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 )
 
 // Temporal unreachable for the poller: rows stay pending (with the failure
@@ -17,8 +18,8 @@ import (
 func TestTemporalOutageKeepsRows(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	proxy := testenv.NewProxy(t, temporalAddr)
-	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: testenv.QuietLogger()})
+	proxy := servers.NewProxy(t, temporalAddr)
+	pc, err := client.Dial(client.Options{HostPort: proxy.Addr(), Namespace: namespace, Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(pc.Close)
 	e.startFerry(t, ferryOpts{temporal: pc})
@@ -47,8 +48,8 @@ func TestTemporalOutageKeepsRows(t *testing.T) {
 func TestPostgresOutageLosesNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	proxy := testenv.NewProxy(t, "127.0.0.1:5432")
-	url := testenv.WithSearchPath("postgres://postgres@"+proxy.Addr()+"/test", e.db.Schema)
+	proxy := servers.NewProxy(t, "127.0.0.1:5432")
+	url := ferrytest.WithSearchPath("postgres://postgres@"+proxy.Addr()+"/test", e.db.Schema)
 	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/activities"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -334,7 +334,7 @@ func TestReplayDeliveredEvents(t *testing.T) {
 // (0 when absent).
 func (e *poisonEnv) metric(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	return testenv.Sample(t, e.reg, name, labels)
+	return ferrytest.Sample(t, e.reg, name, labels)
 }
 
 // What an operator types: `ferry blocked` shows the stuck aggregate with

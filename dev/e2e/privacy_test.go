@@ -27,7 +27,8 @@ import (
 	"github.com/ferry-outbox/ferry/activities"
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/codec"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/worker"
@@ -54,7 +55,7 @@ func TestCodecEncryptsHistoryAndOutputIsRedacted(t *testing.T) {
 	require.NoError(t, err)
 	cdc, err := codec.New([]codec.Key{key})
 	require.NoError(t, err)
-	opts := client.Options{Namespace: namespace, Logger: testenv.QuietLogger()}
+	opts := client.Options{Namespace: namespace, Logger: ferrytest.QuietLogger()}
 	codec.ClientOptions(cdc, &opts)
 	cc, err := client.NewClientFromExisting(tclient, opts)
 	require.NoError(t, err)
@@ -65,7 +66,9 @@ func TestCodecEncryptsHistoryAndOutputIsRedacted(t *testing.T) {
 	pub, err := broker.New(broker.Config{URL: e.br.URL, Exchange: e.br.Exchange, DialTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Publisher: pub, Temporal: cc})
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	acts, err := activities.New(activities.Config{Pool: e.db.Pool, Broker: target, Temporal: cc})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Temporal: cc, Activities: acts, TaskQueue: e.taskQueue,
 		Workflow: workflows.Settings{Policies: map[string]workflows.EventPolicy{"*": {MaxAttempts: 2}}}})

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // A Prometheus of one test's own: Debian's binary (package prometheus, 2.42;
@@ -111,11 +111,11 @@ func startPrometheus(t *testing.T, cfg promConfig) *promServer {
 	require.NoError(t, os.WriteFile(filepath.Join(p.dir, "prometheus.yml"), raw, 0o644))
 
 	for try := 1; ; try++ {
-		addr := testenv.ClosedAddr(t)
+		addr := ferrytest.ClosedAddr(t)
 		cmd := exec.Command(bin, "--config.file="+filepath.Join(p.dir, "prometheus.yml"),
 			"--storage.tsdb.path="+filepath.Join(p.dir, "data"), "--web.listen-address="+addr,
 			"--storage.tsdb.retention.time=1d", "--log.level=warn")
-		out := &testenv.Buffer{}
+		out := &ferrytest.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		require.NoError(t, cmd.Start())
 		c := &child{cmd: cmd, out: out, done: make(chan struct{})}

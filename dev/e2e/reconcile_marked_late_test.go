@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -64,7 +64,7 @@ func TestReconcilerRedispatchesRowsMarkedAfterANewRunStarted(t *testing.T) {
 		workflows.ReconcileInput{OlderThan: time.Millisecond, DriftSample: -1}, &res)
 	require.Equal(t, int64(3), res.Redispatched, "v1-v3, not v4: %+v", res)
 	require.Equal(t, []string{wf}, res.Aggregates)
-	require.Equal(t, 3.0, testenv.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotHeld}))
+	require.Equal(t, 3.0, ferrytest.Sample(t, reg, "ferry_reconciled_rows_total", map[string]string{"cause": metrics.ReconcileNotHeld}))
 
 	msgs := e.br.Collect(t, 4, time.Minute)
 	require.Len(t, msgs, 4)

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/poller"
 )
@@ -84,7 +84,7 @@ func TestRefusedEventsAreQuarantinedListedAndSkipped(t *testing.T) {
 	require.Equal(t, 3, attempts, "quarantined on the third claim")
 	require.Contains(t, lastErr, "quarantined ("+poller.ErrClassTemporalRefused+")")
 	require.Contains(t, lastErr, "is not valid for this test", "Temporal's reason")
-	require.Equal(t, 2.0, testenv.Sample(t, reg, "ferry_events_quarantined_total", map[string]string{"event_type": "changed", "error_class": poller.ErrClassTemporalRefused}))
+	require.Equal(t, 2.0, ferrytest.Sample(t, reg, "ferry_events_quarantined_total", map[string]string{"event_type": "changed", "error_class": poller.ErrClassTemporalRefused}))
 
 	// Schema 0007's follow-up quarantined a pending row whose aggregate id
 	// Temporal cannot take; such a row can only be inserted quarantined now.

@@ -9,35 +9,36 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 )
 
 // Real restarts: the outbox database and the broker themselves stopped and
 // started again under load, not a proxy cutting Ferry off from them. The
 // shared PostgreSQL and RabbitMQ of the machine serve every other test, so
-// these tests start their own (testenv.StartPrivatePostgres,
-// testenv.StartRabbitNode) and remove them afterwards. Ferry, the
+// these tests start their own (servers.StartPrivatePostgres,
+// servers.StartRabbitNode) and remove them afterwards. Ferry, the
 // producers, the checker consumer and the tap all use the private server;
 // the checker accounts for every event. The long versions, several restarts
 // each, are in faults_long_test.go.
 
 // restartEnv is setup with the outbox database on a private PostgreSQL
 // cluster (pg != nil) and/or the broker on a private RabbitMQ node.
-func restartEnv(t *testing.T, privatePG, privateMQ bool) (e *env, pg *testenv.PrivatePostgres, mq *testenv.RabbitNode) {
+func restartEnv(t *testing.T, privatePG, privateMQ bool) (e *env, pg *servers.PrivatePostgres, mq *servers.RabbitNode) {
 	t.Helper()
-	db := (*testenv.DB)(nil)
+	db := (*ferrytest.DB)(nil)
 	if privatePG {
-		pg = testenv.StartPrivatePostgres(t)
-		db = pg.DB(t)
+		pg = servers.StartPrivatePostgres(t)
+		db = ferrytest.NewDB(t, pg.URL)
 	} else {
-		db = testenv.Postgres(t)
+		db = ferrytest.NewDB(t, "")
 	}
-	br := (*testenv.Broker)(nil)
+	br := (*ferrytest.Broker)(nil)
 	if privateMQ {
-		mq = testenv.StartRabbitNode(t, "")
-		br = testenv.RabbitMQAt(t, mq.URL)
+		mq = servers.StartRabbitNode(t, "")
+		br = ferrytest.NewBroker(t, mq.URL)
 	} else {
-		br = testenv.RabbitMQ(t)
+		br = ferrytest.NewBroker(t, "")
 	}
 	return setupOn(t, db, br), pg, mq
 }
@@ -82,7 +83,7 @@ func restartFigures(outages []outage, r report, stall time.Duration) string {
 
 // stopPostgres stops the private cluster in mode, keeps it down for down,
 // and starts it again; it returns the outage.
-func stopPostgres(t *testing.T, pg *testenv.PrivatePostgres, mode string, down time.Duration) outage {
+func stopPostgres(t *testing.T, pg *servers.PrivatePostgres, mode string, down time.Duration) outage {
 	t.Helper()
 	stopped := time.Now()
 	pg.Stop(t, mode)
@@ -93,7 +94,7 @@ func stopPostgres(t *testing.T, pg *testenv.PrivatePostgres, mode string, down t
 
 // stopRabbitMQ stops the private node (rabbitmqctl stop), keeps it down for
 // down, and starts it again on its data.
-func stopRabbitMQ(t *testing.T, mq *testenv.RabbitNode, down time.Duration) outage {
+func stopRabbitMQ(t *testing.T, mq *servers.RabbitNode, down time.Duration) outage {
 	t.Helper()
 	stopped := time.Now()
 	mq.Stop(t)

@@ -14,7 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 )
 
 func secret(prefix string) string {
@@ -27,7 +28,7 @@ func secret(prefix string) string {
 // password is its name, which every URL shows) and deletes it at cleanup.
 func rabbitUser(t *testing.T) (user, password string) {
 	t.Helper()
-	user, password = testenv.Name("ferry_secrets"), secret("mq-")
+	user, password = ferrytest.Name("ferry_secrets"), secret("mq-")
 	ctl := func(args ...string) {
 		t.Helper()
 		out, err := exec.Command("rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
@@ -62,7 +63,7 @@ func withPassword(t *testing.T, raw, password string) string {
 func TestSecretsNeverPrinted(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	pki := testenv.NewPKI(t)
+	pki := servers.NewPKI(t)
 	mqUser, mqPassword := rabbitUser(t)
 	pgPassword, apiKey := secret("pg-"), secret("tk-")
 
@@ -143,7 +144,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		if sub == "consume-example" {
 			// A queue of the test's own, not the example's default on the
 			// shared broker (a developer's `ferry dev` consumes from that).
-			queue := testenv.Name("inventory")
+			queue := ferrytest.Name("inventory")
 			args = append(args, "--queue", queue)
 			t.Cleanup(func() { deleteConsumerQueues(t, e.br.URL, queue) })
 		}
@@ -191,7 +192,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		{"Temporal without a client certificate",
 			[]string{"FERRY_TEMPORAL_TLS_CERT=", "FERRY_TEMPORAL_TLS_KEY="}, "cannot reach Temporal at " + temporalTLS.Addr()},
 		{"PostgreSQL unreachable",
-			[]string{"FERRY_POSTGRES_URL=postgres://ferry:" + pgPassword + "@" + testenv.ClosedAddr(t) + "/db"}, "cannot reach PostgreSQL at postgres://ferry:xxxxx@"},
+			[]string{"FERRY_POSTGRES_URL=postgres://ferry:" + pgPassword + "@" + ferrytest.ClosedAddr(t) + "/db"}, "cannot reach PostgreSQL at postgres://ferry:xxxxx@"},
 		{"bad config file value",
 			[]string{"FERRY_CONFIG=" + writeFile(t, "postgres-url: ["+pgPassword+"\n")}, "config file"},
 	}

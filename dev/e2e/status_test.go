@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/ferry-outbox/ferry/cmd/ferry/status"
 	"github.com/ferry-outbox/ferry/effects"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
-	"github.com/ferry-outbox/ferry/internal/status"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -115,7 +115,7 @@ func TestStatusShowsTheLastMaintenanceRuns(t *testing.T) {
 // the embedded server's SQLite.
 func TestPingNamesTemporalPersistence(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	code, out := ferry(t, []string{"FERRY_POSTGRES_URL=" + db.URL, "FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace}, "ping")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "at "+temporalAddr+" (cluster active): persistence SQLite (sqlite), visibility sqlite, history shards 1")

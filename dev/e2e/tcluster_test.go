@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/server/common/persistence/serialization"
 
 	"github.com/ferry-outbox/ferry/dev/tcluster"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // Temporal on PostgreSQL: a server, or a cluster of server processes, on
@@ -34,10 +34,10 @@ type temporalPG struct {
 // start) and drops them at cleanup, after the servers registered later.
 func newTemporalPG(t *testing.T, shards int) *temporalPG {
 	t.Helper()
-	u, err := url.Parse(testenv.PostgresBaseURL())
+	u, err := url.Parse(ferrytest.PostgresURL())
 	require.NoError(t, err)
 	u.Path = "/postgres"
-	name := testenv.Name("temporal")
+	name := ferrytest.Name("temporal")
 	pg := &temporalPG{url: u.String(), db: name, vis: name + "_visibility", shards: shards}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -89,7 +89,7 @@ func startPGTemporal(t *testing.T, pg *temporalPG) *ownTemporal {
 	o := &ownTemporal{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), namespace: "default", pg: pg, ports: ports[1:]}
 	o.start(t)
 	t.Cleanup(func() { o.kill() })
-	c, err := client.Dial(client.Options{HostPort: o.addr, Namespace: o.namespace, Logger: testenv.QuietLogger()})
+	c, err := client.Dial(client.Options{HostPort: o.addr, Namespace: o.namespace, Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	o.client = c
@@ -103,7 +103,7 @@ func failedTemporalStart(t *testing.T, pg *temporalPG) (int, string) {
 	ports := tcluster.LowPorts(8)
 	o := &ownTemporal{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), namespace: "default", pg: pg, ports: ports[1:]}
 	cmd := exec.Command(os.Args[0])
-	out := &testenv.Buffer{}
+	out := &ferrytest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), o.childEnv()...)
 	require.NoError(t, cmd.Start())
@@ -148,7 +148,7 @@ func startTCluster(t *testing.T, pg *temporalPG, histories int) *tempCluster {
 	for _, h := range c.history {
 		h.start(t)
 	}
-	tc, err := client.Dial(client.Options{HostPort: fe.Address, Namespace: "default", Logger: testenv.QuietLogger()})
+	tc, err := client.Dial(client.Options{HostPort: fe.Address, Namespace: "default", Logger: ferrytest.QuietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(tc.Close)
 	c.client = tc

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-outbox/ferry/consumer"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/inbox"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -44,7 +44,7 @@ func TestTraceRunsFromProducerToConsumer(t *testing.T) {
 	in, err := inbox.New(inbox.Config{Pool: e.db.Pool, Consumer: "tracing"})
 	require.NoError(t, err)
 	var applied atomic.Int64
-	queue := testenv.Name("trace.q")
+	queue := ferrytest.Name("trace.q")
 	// Registered first, so it runs after the consumer stopped.
 	t.Cleanup(func() { deleteConsumerQueues(t, e.br.URL, queue) })
 	c, err := consumer.New(consumer.Config{

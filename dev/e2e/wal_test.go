@@ -11,7 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
@@ -21,15 +22,15 @@ import (
 // replica), the shared Temporal server and RabbitMQ.
 
 // walEnv is setup on a private PostgreSQL cluster.
-func walEnv(t *testing.T) (*env, *testenv.PrivatePostgres) {
+func walEnv(t *testing.T) (*env, *servers.PrivatePostgres) {
 	t.Helper()
-	pg := testenv.StartPrivatePostgres(t)
-	db := pg.DB(t)
+	pg := servers.StartPrivatePostgres(t)
+	db := ferrytest.NewDB(t, pg.URL)
 	_, err := db.Pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, note text NOT NULL)`)
 	require.NoError(t, err)
 	w, err := outbox.NewWriter(outbox.Config{})
 	require.NoError(t, err)
-	return &env{db: db, br: testenv.RabbitMQ(t), taskQueue: testenv.Name("tq"), aggType: testenv.Name("order"), writer: w}, pg
+	return &env{db: db, br: ferrytest.NewBroker(t, ""), taskQueue: ferrytest.Name("tq"), aggType: ferrytest.Name("order"), writer: w}, pg
 }
 
 // walProcess runs `ferry <sub> --source wal`; name tells its replication
@@ -304,7 +305,7 @@ func TestWALSlotDroppedBehindFerrysBack(t *testing.T) {
 // and the publication.
 func TestWALCommands(t *testing.T) {
 	t.Parallel()
-	shared := testenv.Postgres(t)
+	shared := ferrytest.NewDB(t, "")
 	temporal := []string{"FERRY_TEMPORAL_ADDRESS=" + temporalAddr, "FERRY_TEMPORAL_NAMESPACE=" + namespace}
 	code, out := ferry(t, append([]string{"FERRY_POSTGRES_URL=" + shared.URL}, temporal...), "poller", "--source", "wal")
 	require.Equal(t, 1, code, out)

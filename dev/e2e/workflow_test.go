@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -150,7 +150,7 @@ func TestOneRefusedAggregateDoesNotStopTheBatch(t *testing.T) {
 	e := setup(t)
 	r := &refuseSignals{id: workflows.WorkflowID(e.aggType, "bad")}
 	r.refuse.Store(true)
-	pc, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: testenv.QuietLogger(), Interceptors: []interceptor.ClientInterceptor{r}})
+	pc, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: namespace, Logger: ferrytest.QuietLogger(), Interceptors: []interceptor.ClientInterceptor{r}})
 	require.NoError(t, err)
 	t.Cleanup(pc.Close)
 	e.startFerry(t, ferryOpts{temporal: pc})

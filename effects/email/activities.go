@@ -25,7 +25,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // Ambiguous-outcome policies.
@@ -340,9 +340,9 @@ func (a *Activities) render(ctx context.Context, req effects.EmailRequest, msgID
 	if !ok {
 		return "", nil, invalid("e-mail template %q is not configured", req.Template)
 	}
-	raw, err := outbox.Payload(ctx, a.cfg.Pool, req.Event.ID)
+	raw, err := relaydb.Payload(ctx, a.cfg.Pool, req.Event.ID)
 	switch {
-	case errors.Is(err, outbox.ErrEventNotFound):
+	case errors.Is(err, relaydb.ErrEventNotFound):
 		return "", nil, invalid("event %s is not in outbox_events", req.Event.ID)
 	case err != nil:
 		return "", nil, err

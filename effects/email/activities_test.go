@@ -18,13 +18,13 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/email"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/internal/sandbox/smtpsink"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 )
 
 type bundle struct {
-	db   *testenv.DB
+	db   *ferrytest.DB
 	sink *smtpsink.Server
 	acts *email.Activities
 	env  *testsuite.TestActivityEnvironment
@@ -36,7 +36,7 @@ type bundle struct {
 // registry of their own.
 func setup(t *testing.T, policy string) *bundle {
 	t.Helper()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	sink, err := smtpsink.New(smtpsink.Config{})
 	require.NoError(t, err)
 	require.NoError(t, sink.Start(context.Background()))
@@ -290,7 +290,7 @@ func TestResolveEmail(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	for name, cfg := range map[string]email.Config{
 		"no pool":    {SMTPAddress: "127.0.0.1:25", From: "a@b.c"},
 		"no address": {Pool: db.Pool, From: "a@b.c"},

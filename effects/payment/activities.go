@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/ferry-outbox/ferry/effects"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 )
 
 // ActivitiesConfig configures Activities.
@@ -40,9 +40,12 @@ type Activities struct {
 	cfg ActivitiesConfig
 }
 
+// DefaultAmountField is ActivitiesConfig.AmountField's default.
+const DefaultAmountField = "amount"
+
 // NewActivities validates cfg.
 func NewActivities(cfg ActivitiesConfig) (*Activities, error) {
-	cfg.AmountField = cmp.Or(cfg.AmountField, "amount")
+	cfg.AmountField = cmp.Or(cfg.AmountField, DefaultAmountField)
 	cfg.CurrencyField = cmp.Or(cfg.CurrencyField, "currency")
 	cfg.DefaultCurrency = cmp.Or(cfg.DefaultCurrency, "eur")
 	switch {
@@ -66,9 +69,9 @@ func (a *Activities) Register(r worker.Registry) {
 // finds the aggregate's charge at the provider by reference. An event that
 // cannot make a request is ErrTypeInvalidEvent (not retried).
 func (a *Activities) PreparePayment(ctx context.Context, in effects.PrepareInput) (effects.PaymentRequest, error) {
-	raw, err := outbox.Payload(ctx, a.cfg.Pool, in.Event.ID)
+	raw, err := relaydb.Payload(ctx, a.cfg.Pool, in.Event.ID)
 	switch {
-	case errors.Is(err, outbox.ErrEventNotFound):
+	case errors.Is(err, relaydb.ErrEventNotFound):
 		return effects.PaymentRequest{}, invalid("event %s is not in outbox_events", in.Event.ID)
 	case err != nil:
 		return effects.PaymentRequest{}, err

@@ -14,8 +14,8 @@ import (
 
 	"github.com/ferry-outbox/ferry/effects"
 	"github.com/ferry-outbox/ferry/effects/payment"
+	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/internal/sandbox/payprovider"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 	"github.com/ferry-outbox/ferry/outbox"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -50,7 +50,7 @@ func TestPaymentOutcomeMetrics(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, onFirstPost(tc.fault))
-			db := testenv.Postgres(t)
+			db := ferrytest.NewDB(t, "")
 			reg := prometheus.NewRegistry()
 			m, err := payment.NewMetrics(reg)
 			require.NoError(t, err)
@@ -75,10 +75,10 @@ func TestPaymentOutcomeMetrics(t *testing.T) {
 			require.Len(t, b.srv.Ledger().Charges, 1)
 
 			for outcome, want := range tc.counts {
-				require.Equal(t, want, testenv.Sample(t, reg, "ferry_effect_outcomes_total", map[string]string{"kind": "charge", "outcome": outcome}), "outcome %s", outcome)
+				require.Equal(t, want, ferrytest.Sample(t, reg, "ferry_effect_outcomes_total", map[string]string{"kind": "charge", "outcome": outcome}), "outcome %s", outcome)
 			}
 			for result, want := range tc.lookups {
-				require.Equal(t, want, testenv.Sample(t, reg, "ferry_effect_payment_lookups_total", map[string]string{"result": result}), "lookup %s", result)
+				require.Equal(t, want, ferrytest.Sample(t, reg, "ferry_effect_payment_lookups_total", map[string]string{"result": result}), "lookup %s", result)
 			}
 		})
 	}
@@ -86,7 +86,7 @@ func TestPaymentOutcomeMetrics(t *testing.T) {
 
 // orderCreated commits an order.created event of 42.00 EUR and returns its
 // id.
-func orderCreated(t *testing.T, db *testenv.DB) string {
+func orderCreated(t *testing.T, db *ferrytest.DB) string {
 	t.Helper()
 	w, err := outbox.NewWriter(outbox.Config{})
 	require.NoError(t, err)

@@ -122,9 +122,12 @@ type Client struct {
 	http    *http.Client
 }
 
+// DefaultTimeout is Config.Timeout's default.
+const DefaultTimeout = 10 * time.Second
+
 // New validates cfg.
 func New(cfg Config) (*Client, error) {
-	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	if cfg.BaseURL == "" {
 		return nil, errors.New("payment: Config.BaseURL is empty")
 	}

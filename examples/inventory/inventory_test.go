@@ -13,7 +13,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/broker"
 	"github.com/ferry-outbox/ferry/examples/inventory"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 func TestMain(m *testing.M) {
@@ -25,17 +25,17 @@ func TestMain(m *testing.M) {
 // order.paid, and prints the duplicate it is sent on purpose.
 func TestExampleAppliesOnceAndPrintsDuplicates(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	b := testenv.RabbitMQ(t)
-	queue := testenv.Name("inventory.orders")
+	db := ferrytest.NewDB(t, "")
+	b := ferrytest.NewBroker(t, "")
+	queue := ferrytest.Name("inventory.orders")
 	conn, err := amqp.Dial(b.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	t.Cleanup(func() { testenv.DeleteConsumerTopology(ch, queue) })
+	t.Cleanup(func() { ferrytest.DeleteConsumerTopology(ch, queue) })
 
-	out := &testenv.Buffer{}
+	out := &ferrytest.Buffer{}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {

@@ -2,17 +2,22 @@ package orders_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
+	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/examples/orders"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/relaytest"
 )
 
 func TestMain(m *testing.M) {
@@ -27,15 +32,11 @@ func TestOptionsGraph(t *testing.T) {
 
 func TestHandler(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	require.NoError(t, orders.Migrate(ctx, db.Pool))
 	svc, err := orders.NewService(db.Pool)
 	require.NoError(t, err)
-	count := func(table string) (n int) {
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
-		return n
-	}
 
 	tests := []struct {
 		name, method, body string
@@ -49,23 +50,33 @@ func TestHandler(t *testing.T) {
 		{"not JSON", http.MethodPost, `ada`, http.StatusBadRequest, "body must be JSON"},
 		{"GET", http.MethodGet, ``, http.StatusMethodNotAllowed, "use POST"},
 	}
+	var created orders.Created
 	for _, tt := range tests {
 		rec := httptest.NewRecorder()
 		svc.ServeHTTP(rec, httptest.NewRequest(tt.method, "/orders", strings.NewReader(tt.body)))
 		require.Equal(t, tt.wantStatus, rec.Code, "%s: %s", tt.name, rec.Body)
 		require.Contains(t, rec.Body.String(), tt.wantBody, tt.name)
+		if rec.Code == http.StatusCreated {
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &created))
+		}
 	}
-	// Only the valid request wrote anything, and it wrote both rows.
-	require.Equal(t, 1, count("orders"))
-	require.Equal(t, 1, count("outbox_events"))
-	require.Equal(t, 1, count(`orders o JOIN outbox_events e ON e.aggregate_id = o.id::text AND e.aggregate_type = 'order' AND e.event_type = 'created'`))
+	// Only the valid request's transaction wrote anything: its order row
+	// and its order.created event, with the order in the payload.
+	ev := ferrytest.RequireManyWritten(ctx, t, db.Pool, []ferrytest.Expected{{
+		AggregateType: orders.AggregateType, AggregateID: created.OrderID, EventType: "created", Version: 1,
+		Payload: orders.OrderCreated{OrderID: created.OrderID, Customer: "ada", TotalCents: 4200},
+	}})
+	require.Equal(t, created.EventID, ev[0].ID.String())
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = $1`, created.OrderID).Scan(&n))
+	require.Equal(t, 1, n, "the order row committed with its event")
 }
 
 // POST /orders/{id}/pay: the order's status and its order.paid event in
 // one transaction, once per order.
 func TestPay(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	require.NoError(t, orders.Migrate(ctx, db.Pool))
 	svc, err := orders.NewService(db.Pool)
@@ -94,16 +105,42 @@ func TestPay(t *testing.T) {
 	}
 
 	var status string
-	var events []string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, created.OrderID).Scan(&status))
 	require.Equal(t, "paid", status)
-	rows, err := db.Pool.Query(ctx, `SELECT event_type || ' v' || aggregate_version FROM outbox_events WHERE aggregate_id = $1 ORDER BY aggregate_version`, created.OrderID)
+	// One order.paid, after order.created, with the order's total.
+	ferrytest.RequireManyWritten(ctx, t, db.Pool, []ferrytest.Expected{
+		{AggregateType: orders.AggregateType, AggregateID: created.OrderID, EventType: "created", Version: 1},
+		{AggregateType: orders.AggregateType, AggregateID: created.OrderID, EventType: "paid", Version: 2,
+			Payload: orders.OrderPaid{OrderID: created.OrderID, TotalCents: 4200}},
+	})
+}
+
+// Ferry's relay, run in the test's process against the test's PostgreSQL
+// and RabbitMQ, publishes the order.created a handler committed. It runs
+// the publish-first lane (its poller publishes to RabbitMQ itself, and
+// would call Temporal only to hand a failing aggregate to its workflow),
+// so this module's tests need no Temporal server, which it cannot link:
+// the client is one that fails every call, and the fulfilment routes are
+// not configured here (a route would need the workflow).
+func TestRelayPublishesTheOrder(t *testing.T) {
+	t.Parallel()
+	db, br := ferrytest.NewDB(t, ""), ferrytest.NewBroker(t, "")
+	ctx := context.Background()
+	require.NoError(t, orders.Migrate(ctx, db.Pool))
+	relaytest.Start(t, relaytest.Config{DB: db, Broker: br, Temporal: ferrytest.UnreachableTemporal(t),
+		Config: ferry.Config{Lane: ferry.LanePublishFirst}, Roles: ferry.Roles{Poller: true}})
+	svc, err := orders.NewService(db.Pool)
 	require.NoError(t, err)
-	for rows.Next() {
-		var ev string
-		require.NoError(t, rows.Scan(&ev))
-		events = append(events, ev)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"created v1", "paid v2"}, events, "one order.paid, after order.created")
+
+	created, err := svc.Create(ctx, orders.NewOrder{Customer: "ada", TotalCents: 4200})
+	require.NoError(t, err)
+	ferrytest.WaitPublished(t, db.Pool, 30*time.Second, uuid.MustParse(created.EventID))
+
+	msg, ok := br.Get(t, 10*time.Second)
+	require.True(t, ok, "the message is on the test's queue")
+	require.Equal(t, created.EventID, msg.MessageId, "the event id is the message id consumers deduplicate by")
+	require.Equal(t, "order.created", msg.RoutingKey)
+	var body orders.OrderCreated
+	require.NoError(t, json.Unmarshal(msg.Body, &body))
+	require.Equal(t, orders.OrderCreated{OrderID: created.OrderID, Customer: "ada", TotalCents: 4200}, body)
 }

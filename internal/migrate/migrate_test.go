@@ -1,17 +1,22 @@
 package migrate_test
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"net/url"
+	"os"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/internal/migrate"
-	"github.com/ferry-outbox/ferry/internal/testenv"
 )
 
 func TestLoad(t *testing.T) {
@@ -67,7 +72,7 @@ func set(timeout time.Duration, files ...string) migrate.Set {
 func TestApplyGivesUpOnALockAfterTheLockTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.Postgres(t)
+	db := emptySchema(t)
 	first := `CREATE TABLE widgets (id int PRIMARY KEY)`
 	_, err := migrate.Apply(ctx, db.Pool, set(0, first), nil)
 	require.NoError(t, err)
@@ -116,7 +121,7 @@ func TestApplyGivesUpOnALockAfterTheLockTimeout(t *testing.T) {
 func TestApplyKeepsTheFunctionPrivilegesAMigrationReplaces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := testenv.Postgres(t)
+	db := emptySchema(t)
 	steps := []string{
 		`CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1';
 		 CREATE FUNCTION g(a int, b text) RETURNS int LANGUAGE sql AS 'SELECT a';
@@ -161,4 +166,48 @@ func TestApplyKeepsTheFunctionPrivilegesAMigrationReplaces(t *testing.T) {
 	var two int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT f() + g(1, 'x')`).Scan(&two))
 	require.Equal(t, 4, two, "the new bodies are in place")
+}
+
+// testDB is a schema of the test's own.
+type testDB struct {
+	Pool   *pgxpool.Pool
+	Schema string
+}
+
+// emptySchema creates a schema without any tables (the engine's tests
+// apply sets of their own; ferrytest.NewDB, which applies Ferry's, stands
+// on this package) on FERRY_TEST_POSTGRES_URL's server, dropped at
+// cleanup.
+func emptySchema(t *testing.T) testDB {
+	t.Helper()
+	base := cmp.Or(os.Getenv("FERRY_TEST_POSTGRES_URL"), "postgres://postgres@127.0.0.1:5432/test")
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, base)
+	require.NoError(t, err, "PostgreSQL is required at FERRY_TEST_POSTGRES_URL (default the local server's test database)")
+	defer admin.Close(ctx)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "ferry_test_" + hex.EncodeToString(b)
+	_, err = admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	pool, err := pgxpool.New(ctx, u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pool.Close()
+		conn, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return testDB{Pool: pool, Schema: name}
 }

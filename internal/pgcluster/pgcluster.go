@@ -1,7 +1,7 @@
 // Package pgcluster makes a PostgreSQL cluster of a process's own with
 // initdb and pg_ctl: in a temporary folder, on a free port of 127.0.0.1,
 // as the postgres user when the process runs as root (initdb refuses
-// root). The tests (internal/testenv's PrivatePostgres) and the bench use
+// root). The tests (ferrytest/servers' PrivatePostgres) and the bench use
 // it for what the shared server cannot do: logical replication, stops and
 // restarts.
 //

@@ -1,10 +1,8 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,24 +32,4 @@ func WaitForWaiter(ctx context.Context, tx pgx.Tx, timeout time.Duration) error 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// Buffer is a bytes.Buffer safe for concurrent writers, for capturing the
-// output and logs of code under test.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *Buffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns everything written so far.
-func (s *Buffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,9 +1,10 @@
-// Package testenv gives tests real, isolated infrastructure: a fresh
-// PostgreSQL schema (migrated with the embedded migrations) per test, and a
-// unique RabbitMQ exchange and queue per test.
+// Package testenv holds the library module's own test helper that no
+// other module needs: a wait for a concurrent session to block on a
+// transaction (WaitForWaiter).
 //
-// A test that needs a service fails, never skips, when the service is
-// missing: the message says how to start it. Addresses come from
-// FERRY_TEST_POSTGRES_URL and FERRY_TEST_AMQP_URL, defaulting to this
-// machine's local services.
+// The shared test infrastructure is public, for embedders and for Ferry's
+// other modules alike: a schema and an exchange per test and the
+// assertions in package ferrytest, the relay in-process in
+// ferrytest/relaytest, private PostgreSQL and RabbitMQ instances, proxies
+// and certificates in ferrytest/servers.
 package testenv

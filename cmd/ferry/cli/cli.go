@@ -16,8 +16,7 @@ import (
 
 	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/destination"
-	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/schema"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -222,9 +221,9 @@ func targetsLine(cfg ferry.Config) string {
 	if !cfg.NoBroker {
 		parts = append(parts, fmt.Sprintf("RabbitMQ %s (exchange %s)", broker.Redact(cfg.AMQPURL), cfg.Exchange))
 	}
-	// Checked when the config was: the error cannot happen here.
-	if dests, _ := destination.ParseAll(cfg.Destinations); len(dests) > 0 {
-		parts = append(parts, fmt.Sprintf("%d workflow destination route(s)", len(dests)))
+	// Parsed when the config was filled: the error cannot happen here.
+	if dests, _ := cfg.DestinationRouter(); dests.Len() > 0 {
+		parts = append(parts, fmt.Sprintf("%d workflow destination route(s)", dests.Len()))
 	}
 	line := strings.Join(parts, " and ")
 	if cfg.NoBroker {

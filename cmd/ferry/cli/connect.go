@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
-	"github.com/ferry-outbox/ferry/internal/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
 )
 
 // configWithin reads the configuration and gives ctx a deadline n connect

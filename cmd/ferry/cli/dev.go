@@ -18,8 +18,8 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/ferry-outbox/ferry"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
 	"github.com/ferry-outbox/ferry/examples/inventory"
-	"github.com/ferry-outbox/ferry/internal/app"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/schema"
 )

@@ -18,12 +18,15 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/settings"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/internal/settings"
 	"github.com/ferry-outbox/ferry/redact"
+	"github.com/ferry-outbox/ferry/relaydb"
+	"github.com/ferry-outbox/ferry/repairdb"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -130,23 +133,23 @@ the aggregate's workflow with its state (a link into the Temporal UI with
 every repair and replay of it, and what happens to it next.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var pick func(context.Context, outbox.Queryer) (outbox.Detail, error)
+			var pick func(context.Context, relaydb.Queryer) (relaydb.Detail, error)
 			switch {
 			case len(args) == 1 && aggregate == "":
 				id := args[0]
 				if _, err := uuid.Parse(id); err != nil {
 					return fmt.Errorf("event id %q is not a UUID (or choose the event with --aggregate TYPE/ID --version N)", id)
 				}
-				pick = func(ctx context.Context, db outbox.Queryer) (outbox.Detail, error) {
-					return outbox.DetailByID(ctx, db, id)
+				pick = func(ctx context.Context, db relaydb.Queryer) (relaydb.Detail, error) {
+					return relaydb.DetailByID(ctx, db, id)
 				}
 			case len(args) == 0 && aggregate != "":
 				aggType, aggID, ok := strings.Cut(aggregate, "/")
 				if !ok || aggType == "" || aggID == "" || version < 1 {
 					return fmt.Errorf("--aggregate %q --version %d: want TYPE/ID (as ferry blocked prints it) and a version of at least 1", aggregate, version)
 				}
-				pick = func(ctx context.Context, db outbox.Queryer) (outbox.Detail, error) {
-					return outbox.DetailByVersion(ctx, db, aggType, aggID, version)
+				pick = func(ctx context.Context, db relaydb.Queryer) (relaydb.Detail, error) {
+					return relaydb.DetailByVersion(ctx, db, aggType, aggID, version)
 				}
 			default:
 				return errors.New("choose one event: ferry event EVENT_ID, or ferry event --aggregate TYPE/ID --version N")
@@ -174,7 +177,7 @@ every repair and replay of it, and what happens to it next.`,
 // inspectEvent reads the event pick chooses, its audit and its workflow.
 // PostgreSQL must answer; Temporal need not: the row is what an operator
 // came for, and the workflow part then says why it is missing.
-func (g *globals) inspectEvent(ctx context.Context, pick func(context.Context, outbox.Queryer) (outbox.Detail, error)) (eventView, error) {
+func (g *globals) inspectEvent(ctx context.Context, pick func(context.Context, relaydb.Queryer) (relaydb.Detail, error)) (eventView, error) {
 	cctx, cancel, cfg, logger, err := g.configWithin(ctx, 2)
 	if err != nil {
 		return eventView{}, err
@@ -190,14 +193,14 @@ func (g *globals) inspectEvent(ctx context.Context, pick func(context.Context, o
 	}
 	defer pool.Close()
 	d, err := pick(cctx, pool)
-	if errors.Is(err, outbox.ErrEventNotFound) {
+	if errors.Is(err, relaydb.ErrEventNotFound) {
 		retention, _ := settings.ByName("retention")
 		return eventView{}, fmt.Errorf("%w (delivered events are deleted after --retention, %s by default)", err, retention.DefaultString())
 	}
 	if err != nil {
 		return eventView{}, err
 	}
-	audit, err := outbox.AuditOf(cctx, pool, d.ID, maxAuditRows)
+	audit, err := repairdb.AuditOf(cctx, pool, d.ID, maxAuditRows)
 	if err != nil {
 		return eventView{}, err
 	}
@@ -209,7 +212,7 @@ func (g *globals) inspectEvent(ctx context.Context, pick func(context.Context, o
 
 // newEventView is the row and its audit with every text that may quote the
 // payload masked.
-func newEventView(red *redact.Redactor, d outbox.Detail, audit []outbox.AuditEntry) eventView {
+func newEventView(red *redact.Redactor, d relaydb.Detail, audit []repairdb.AuditEntry) eventView {
 	payload := []byte(d.Payload)
 	sum := sha256.Sum256(payload)
 	v := eventView{
@@ -307,10 +310,10 @@ func uiLink(cfg app.Config, wfID, runID string) string {
 // address and namespace when they are not the CLI's defaults.
 func describeCommand(cfg app.Config, wfID string) string {
 	cmd := "temporal workflow describe --workflow-id " + shellQuote(wfID)
-	if cfg.Temporal.Address != settings.DefaultTemporalAddress {
+	if cfg.Temporal.Address != ferry.DefaultTemporalAddress {
 		cmd += " --address " + shellQuote(cfg.Temporal.Address)
 	}
-	if cfg.Namespace != settings.DefaultNamespace {
+	if cfg.Namespace != client.DefaultNamespace {
 		cmd += " --namespace " + shellQuote(cfg.Namespace)
 	}
 	return cmd

@@ -8,9 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
 	"github.com/ferry-outbox/ferry/redact"
+	"github.com/ferry-outbox/ferry/relaydb"
+	"github.com/ferry-outbox/ferry/repairdb"
 )
 
 func TestEventLinksAndCommands(t *testing.T) {
@@ -36,10 +37,10 @@ func TestEventRedactsWhatQuotesThePayload(t *testing.T) {
 	red, err := redact.New([]string{"email"})
 	require.NoError(t, err)
 	payload := `{"email": "ann@example.com", "sku": "A-1"}`
-	d := outbox.Detail{ID: "0190f8a0-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "42", EventType: "created", Version: 3,
+	d := relaydb.Detail{ID: "0190f8a0-0000-7000-8000-000000000001", AggregateType: "order", AggregateID: "42", EventType: "created", Version: 3,
 		Status: "quarantined", LastError: "quarantined (Unroutable): no route for ann@example.com", LastErrorClass: "Unroutable",
 		Headers: map[string]string{"tenant": "acme", "email": "ann@example.com", "note": "for ann@example.com"}, Payload: payload}
-	v := newEventView(red, d, []outbox.AuditEntry{{ID: 7, Audit: outbox.Audit{Action: "retry", Actor: "ops", Reason: "asked by ann@example.com",
+	v := newEventView(red, d, []repairdb.AuditEntry{{ID: 7, Audit: repairdb.Audit{Action: "retry", Actor: "ops", Reason: "asked by ann@example.com",
 		PayloadSHA256Before: "a", PayloadSHA256After: "a"}}})
 	require.JSONEq(t, `{"email": "[redacted]", "sku": "A-1"}`, string(v.Payload))
 	require.Equal(t, len(payload), v.PayloadBytes, "the stored payload's size, not the masked one's")

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/settings"
+	"github.com/ferry-outbox/ferry/cmd/ferry/internal/settings"
 )
 
 // addSettingFlags defines a persistent flag for every setting of the table

@@ -14,8 +14,8 @@ import (
 
 	"github.com/ferry-outbox/ferry"
 	"github.com/ferry-outbox/ferry/broker"
-	"github.com/ferry-outbox/ferry/internal/settings"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/cmd/ferry/internal/settings"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // Every persistent flag comes from the settings table, with the table's
@@ -127,7 +127,7 @@ func TestErrorsNameFlags(t *testing.T) {
 	}
 	// A closed port: a case that passed validation must not migrate a
 	// database anyone uses.
-	nowhere := "postgres://u@" + testenv.ClosedAddr(t) + "/none"
+	nowhere := "postgres://u@" + ferrytest.ClosedAddr(t) + "/none"
 	for _, tt := range tests {
 		var errOut bytes.Buffer
 		code := Main(append([]string{"migrate", "--postgres-url", nowhere}, tt.args...), &bytes.Buffer{}, &errOut, nil)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/status"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/status"
 )
 
 // pingCmd checks, with the process's own configuration and credentials,
@@ -33,7 +33,8 @@ func pingCmd(g *globals) *cobra.Command {
 	}
 }
 
-// ping opens and closes a pool, a Temporal client and a publisher, in turn.
+// ping opens and closes a pool, a Temporal client and a connection to
+// RabbitMQ, in turn.
 func ping(ctx context.Context, cfg app.Config, logger *slog.Logger, out io.Writer) error {
 	pool, err := cfg.OpenPool(ctx)
 	if err != nil {
@@ -54,11 +55,9 @@ func ping(ctx context.Context, cfg app.Config, logger *slog.Logger, out io.Write
 		fmt.Fprintf(out, "ferry: %s\n", tinfo)
 		return nil
 	}
-	pub, err := cfg.OpenPublisher(ctx)
-	if err != nil {
+	if err := cfg.CheckBroker(ctx); err != nil {
 		return err
 	}
-	_ = pub.Close()
 	fmt.Fprintln(out, "ferry: PostgreSQL, Temporal and RabbitMQ answer")
 	fmt.Fprintf(out, "ferry: %s\n", tinfo)
 	return nil

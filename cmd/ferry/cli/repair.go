@@ -22,9 +22,10 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/ferry-outbox/ferry/activities"
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/status"
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/status"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/worker"
 	"github.com/ferry-outbox/ferry/workflows"
 )
@@ -120,7 +121,7 @@ func listBlocked(ctx context.Context, cfg app.Config, pool *pgxpool.Pool, c clie
 	for i, b := range blocked {
 		ids[i] = b.EventID
 	}
-	events, err := outbox.RowsByID(ctx, pool, ids)
+	events, err := relaydb.RowsByID(ctx, pool, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load blocked events: %w", err)
 	}
@@ -195,8 +196,8 @@ request id is derived from the event, action, actor, reason and payload).`,
 				return err
 			}
 			defer closeAll()
-			row, err := outbox.RowByID(ctx, pool, req.EventID)
-			if errors.Is(err, outbox.ErrEventNotFound) {
+			row, err := relaydb.RowByID(ctx, pool, req.EventID)
+			if errors.Is(err, relaydb.ErrEventNotFound) {
 				return fmt.Errorf("event %s is not in outbox_events", req.EventID)
 			}
 			if err != nil {
@@ -334,7 +335,7 @@ consumers deduplicate them; each replay is audited in ferry_repairs. At most
 				if !ok || fromVersion < 1 || toVersion < fromVersion || toVersion-fromVersion >= workflows.MaxReplayEvents {
 					return fmt.Errorf("--aggregate TYPE/ID with 1 <= --from-version <= --to-version, at most %d versions", workflows.MaxReplayEvents)
 				}
-				if ids, err = outbox.PublishedIDs(ctx, pool, aggType, aggID, fromVersion, toVersion); err != nil {
+				if ids, err = relaydb.PublishedIDs(ctx, pool, aggType, aggID, fromVersion, toVersion); err != nil {
 					return err
 				}
 				if len(ids) == 0 {

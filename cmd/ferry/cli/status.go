@@ -11,9 +11,9 @@ import (
 	"go.temporal.io/sdk/converter"
 	"golang.org/x/term"
 
+	"github.com/ferry-outbox/ferry/cmd/ferry/app"
+	"github.com/ferry-outbox/ferry/cmd/ferry/status"
 	"github.com/ferry-outbox/ferry/codec"
-	"github.com/ferry-outbox/ferry/internal/app"
-	"github.com/ferry-outbox/ferry/internal/status"
 )
 
 func statusCmd(g *globals) *cobra.Command {

@@ -14,7 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 // goModVersion is the version module path is required at in the go.mod at
@@ -99,7 +99,7 @@ func TestTestedWithIsWhatTheTestsUse(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, testenv.PostgresBaseURL())
+	conn, err := pgx.Connect(ctx, ferrytest.PostgresURL())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	var pg string
@@ -107,7 +107,7 @@ func TestTestedWithIsWhatTheTestsUse(t *testing.T) {
 	require.True(t, strings.HasPrefix(pg, tested["PostgreSQL"]+"."),
 		"the tests run against PostgreSQL %s, testedWith says %s: update testedWith", pg, tested["PostgreSQL"])
 
-	mq, err := amqp.Dial(testenv.AMQPURL())
+	mq, err := amqp.Dial(ferrytest.AMQPURL())
 	require.NoError(t, err)
 	defer mq.Close()
 	rabbit, _ := mq.Properties["version"].(string)

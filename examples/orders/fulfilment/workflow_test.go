@@ -16,7 +16,7 @@ import (
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/examples/orders"
 	"github.com/ferry-outbox/ferry/examples/orders/fulfilment"
-	"github.com/ferry-outbox/ferry/internal/testenv"
+	"github.com/ferry-outbox/ferry/ferrytest"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +37,7 @@ func envelope(orderID, eventType string, version int64) destination.Envelope {
 // a real orders table, in the test's own schema.
 func setup(t *testing.T, status string) (*testsuite.TestWorkflowEnvironment, string, func() string) {
 	t.Helper()
-	db := testenv.Postgres(t)
+	db := ferrytest.NewDB(t, "")
 	ctx := context.Background()
 	require.NoError(t, orders.Migrate(ctx, db.Pool))
 	orderID := uuid.NewString()

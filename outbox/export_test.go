@@ -1,4 +1,0 @@
-package outbox
-
-// SQLUndelivered is sqlUndelivered, for the test of its plan.
-const SQLUndelivered = sqlUndelivered

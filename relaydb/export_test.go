@@ -1,0 +1,4 @@
+package relaydb
+
+// SQLUndelivered is sqlUndelivered, for the test of its plan.
+const SQLUndelivered = sqlUndelivered
