@@ -246,13 +246,10 @@ WHERE id IN (
       AND payload <> 'null'::jsonb
     LIMIT $2)`
 
-	sqlDeleteDelivered = `
-DELETE FROM outbox_events
-WHERE id IN (
-    SELECT id FROM outbox_events
-    WHERE status IN ('published', 'skipped')
-      AND coalesce(published_at, created_at) < now() - $1::interval
-    LIMIT $2)`
+	// sqlDeleteDelivered deletes through ferry_delete_delivered (migration
+	// 0015): the same statement, in a function the least-privilege relay
+	// role may execute though it may not delete events itself.
+	sqlDeleteDelivered = `SELECT ferry_delete_delivered($1::interval, $2::int)`
 )
 
 // PurgePayloads blanks (JSON null) the payloads of at most limit delivered
@@ -266,8 +263,9 @@ func PurgePayloads(ctx context.Context, db Execer, age time.Duration, limit int)
 // DeleteDelivered deletes at most limit delivered rows older than age and
 // returns how many it deleted. Call it again while it returns limit.
 func DeleteDelivered(ctx context.Context, db Execer, age time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, sqlDeleteDelivered, age, limit)
-	return tag.RowsAffected(), err
+	var n int64
+	err := db.QueryRow(ctx, sqlDeleteDelivered, age, limit).Scan(&n)
+	return n, err
 }
 
 // The retention record (ferry_maintenance, migration 0013): what the last

@@ -23,7 +23,8 @@
 --           update its bookkeeping columns and the delivered version; apply
 --           repairs (the worker patches a quarantined event's payload and
 --           schema version on an operator's request, and appends the audit
---           row to ferry_repairs). It cannot insert or delete events, change
+--           row to ferry_repairs); delete delivered rows past retention, through
+--           ferry_delete_delivered only. It cannot insert or delete events, change
 --           their identity, type or order, or rewrite the audit trail.
 -- consumer  owns the schema :consumer_schema, where it creates its inbox
 --           (package inbox) and business tables; no access to the outbox.
@@ -52,6 +53,12 @@ ALTER FUNCTION :"schema".outbox_assign_version()
 -- reach should that ever change.
 REVOKE ALL ON FUNCTION :"schema".outbox_assign_version() FROM PUBLIC;
 
+-- Retention deletes delivered rows past their age through this function
+-- only (migration 0015): the relay may not delete events otherwise.
+ALTER FUNCTION :"schema".ferry_delete_delivered(interval, integer)
+    SECURITY DEFINER SET search_path = :"schema", pg_temp;
+REVOKE ALL ON FUNCTION :"schema".ferry_delete_delivered(interval, integer) FROM PUBLIC;
+
 -- Start from nothing, so a re-run also takes back what an older version of
 -- this script granted.
 REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"producer", :"relay", :"consumer";
@@ -79,6 +86,7 @@ GRANT UPDATE (delivered_version, updated_at) ON :"schema".outbox_aggregates TO :
 -- released, taken back), its epochs, and the relays' registry.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_owners, :"schema".ferry_relays TO :"relay";
 GRANT USAGE ON SEQUENCE :"schema".ferry_owner_epoch TO :"relay";
+GRANT EXECUTE ON FUNCTION :"schema".ferry_delete_delivered(interval, integer) TO :"relay";
 -- The audit trail: append and read, never update or delete.
 GRANT SELECT, INSERT ON :"schema".ferry_repairs TO :"relay";
 -- The maintenance record: a retention run writes what it found and whether

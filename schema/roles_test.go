@@ -265,16 +265,23 @@ func TestRelayRole(t *testing.T) {
 	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM ferry_repairs WHERE request_id = 'r1'`))
 
 	// /metrics reads the backlog, the table's statistics and the retention
-	// record; a retention run records what it counted whatever follows. The
-	// relay may not delete events, so retention under this role fails: what
-	// FerryRetentionStalled reports (docs/runbook.md).
+	// record; retention runs under the role: it deletes delivered rows past
+	// their age through ferry_delete_delivered (migration 0015), though the
+	// role may not delete events itself (below).
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewOutboxCollector(pool))
 	require.Zero(t, ferrytest.Sample(t, reg, "ferry_outbox_scrape_error", nil), "the relay reads everything /metrics reports")
 	require.True(t, ferrytest.HasMetric(t, reg, "ferry_retention_last_success_timestamp_seconds"))
-	_, err = env.ExecuteActivity(workflows.PurgeActivity, workflows.RetentionInput{})
-	require.ErrorContains(t, err, "delete delivered rows: ERROR: permission denied for table outbox_events")
-	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM ferry_maintenance WHERE job = 'retention' AND overdue_rows = 0 AND counted_at IS NOT NULL`),
+	_, err = r.db.Pool.Exec(ctx, `UPDATE outbox_events SET published_at = now() - interval '40 days' WHERE aggregate_id IN ('1', 'lane')`)
+	require.NoError(t, err)
+	before := count(t, r.db.Pool, `SELECT count(*) FROM outbox_events`)
+	val, err = env.ExecuteActivity(workflows.PurgeActivity, workflows.RetentionInput{})
+	require.NoError(t, err, "retention runs under the relay role")
+	var purged workflows.RetentionResult
+	require.NoError(t, val.Get(&purged))
+	require.Equal(t, int64(2), purged.Deleted, "the two delivered rows past retention")
+	require.Equal(t, before-2, count(t, r.db.Pool, `SELECT count(*) FROM outbox_events`), "the quarantined row stays")
+	require.Equal(t, 1, count(t, r.db.Pool, `SELECT count(*) FROM ferry_maintenance WHERE job = 'retention' AND counted_at IS NOT NULL AND succeeded_at IS NOT NULL`),
 		"the relay records the retention count")
 
 	for what, sql := range map[string]string{
