@@ -60,7 +60,7 @@ build-dev:
 .PHONY: test
 test: browser buildah temporal-cli vet ## Run all tests, every module, against local PostgreSQL, RabbitMQ and an embedded Temporal server
 	$(GO) test -race -count=1 ./...
-	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
+	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/ ./internal/publishjournal/
 	cd cmd/ferry && $(GO) test -race -count=1 ./...
 	cd examples/orders && $(GO) test -race -count=1 ./...
 	cd dev && $(GO) test -race -count=1 $(DEV_RACE_PKGS)
@@ -129,13 +129,13 @@ lint: $(TOOLS)/workflowcheck vet ## gofmt, go mod tidy and go vet (every module)
 	cd examples/orders && $(abspath $(TOOLS))/workflowcheck ./fulfilment/...
 
 # go vet in every module, the failpoints build of the packages that have
-# crash points, and the dev module with the faults and failpoints tags (the
+# crash points or publish-journal hooks, and the dev module with the faults and failpoints tags (the
 # long fault runs are built only with the first, crash points only with the
 # second).
 .PHONY: vet
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
-	$(GO) vet -tags failpoints ./internal/failpoint/ ./poller/ ./activities/
+	$(GO) vet -tags failpoints ./internal/failpoint/ ./internal/publishjournal/ ./poller/ ./activities/
 	cd dev && $(GO) vet -tags faults,failpoints ./...
 
 # go mod download in every module (CI, on a clean clone).
