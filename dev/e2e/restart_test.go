@@ -75,9 +75,9 @@ func restartFigures(outages []outage, r report, stall time.Duration) string {
 	for _, o := range outages {
 		parts = append(parts, fmt.Sprintf("%s, down %s", o.what, o.down.Round(100*time.Millisecond)))
 	}
-	return fmt.Sprintf("%d restart(s) [%s]; %d events committed (%d producer transactions failed against the outage), longest gap in deliveries %s; %d duplicate copies, %d duplicate signals, %d redeliveries absorbed; drained %s after the load",
+	return fmt.Sprintf("%d restart(s) [%s]; %d events committed (%d producer transactions failed against the outage), longest gap in deliveries %s; %d duplicate copies, %d late copies, %d duplicate signals, %d redeliveries absorbed%s; drained %s after the load",
 		len(outages), strings.Join(parts, "; "), r.Committed, r.Failed+r.Unknown-r.UnknownCommitted, stall.Round(100*time.Millisecond),
-		r.DuplicateCopies, r.DuplicateSignals, r.Absorbed, r.Drained.Round(100*time.Millisecond))
+		r.DuplicateCopies, r.LateCopies, r.DuplicateSignals, r.Absorbed, r.journalFigures(), r.Drained.Round(100*time.Millisecond))
 }
 
 // stopPostgres stops the private cluster in mode, keeps it down for down,
