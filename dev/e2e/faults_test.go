@@ -215,18 +215,16 @@ func TestFaultCrashPoints(t *testing.T) {
 // RabbitMQ's memory alarm blocks every publishing connection of the broker
 // (rabbitmqctl set_vm_memory_high_watermark 0.0000001) for 5s under load:
 // nothing is confirmed, so nothing is marked published, and everything flows
-// once the watermark is restored. Not parallel: the alarm blocks every
-// publisher of the shared broker, so the test runs alone, in the sequential
-// phase before the parallel tests, one lane after the other; its cleanup
-// restores the watermark even when it fails.
+// once the watermark is restored. The broker is a node of the test's own
+// (the alarm would block every publisher of a shared one).
 func TestFaultRabbitMQMemoryAlarm(t *testing.T) {
-	for _, lane := range lanes {
-		t.Run(lane, func(t *testing.T) { runMemoryAlarm(t, lane) })
-	}
+	t.Parallel()
+	inEachLane(t, runMemoryAlarm)
 }
 
 func runMemoryAlarm(t *testing.T, lane string) {
-	e := setup(t).inLane(lane)
+	e, _, mq := restartEnv(t, false, true)
+	e.inLane(lane)
 	c := e.newChecker(t)
 	// Publishes the alarm cut off (their confirm wait ended, the connection
 	// was dropped) go out again from their first version; and what a
@@ -239,7 +237,7 @@ func runMemoryAlarm(t *testing.T, lane string) {
 	stop := c.startLoad(load{})
 	waitFor(t, time.Minute, "deliveries before the alarm", func() bool { return c.tap.unique() > 20 })
 
-	clear := memoryAlarm(t)
+	clear := memoryAlarm(t, mq)
 	raised := time.Now()
 	time.Sleep(time.Second) // publishes already read by the broker still land
 	before, published := c.tap.unique(), e.count(t, `SELECT count(*) FROM outbox_events WHERE status = 'published'`)
