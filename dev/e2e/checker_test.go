@@ -20,7 +20,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/inbox"
 	"github.com/ferry-outbox/ferry/internal/publishjournal"
 	"github.com/ferry-outbox/ferry/internal/testenv"
@@ -559,6 +562,26 @@ func (e *env) newChecker(t *testing.T) *checker {
 	return c
 }
 
+// withHandoffs routes the load's handoff events (load.handoff) to a
+// workflow destination as well as to the broker, and runs the
+// destination's workflows (which just complete) in this process. It
+// returns the setting for Ferry's processes (FERRY_DESTINATIONS). In the
+// publish-first lane such an event hands its aggregate to its workflow,
+// which publishes it and the versions after it and gives the aggregate
+// back when it has published all it holds: the load then crosses every
+// change of ownership, relay to workflow and back, not only relay to
+// relay.
+func (c *checker) withHandoffs(t *testing.T) string {
+	t.Helper()
+	tq := testenv.Name("checker-sink")
+	w := sdkworker.New(c.temporal, tq, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(func(workflow.Context, destination.Envelope) error { return nil },
+		workflow.RegisterOptions{Name: "CheckerSink"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	return fmt.Sprintf("FERRY_DESTINATIONS=%s.%s=start:sink,type=CheckerSink,queue=%s", c.e.aggType, handoffType, tq)
+}
+
 // allowLate says that this run's faults may repeat runs of versions, and
 // why: its late copies are reported, not failed.
 func (c *checker) allowLate(why string) { c.late = why }
@@ -614,7 +637,13 @@ type load struct {
 	rollback   int           // percent rolled back on purpose; default 10
 	crash      int           // percent cut off before COMMIT; default 5
 	limit      int           // stop after this many attempts in all; 0: when stopped
+	// handoff is the percent of events of type handoffType, which a test
+	// may route to a workflow destination (withHandoffs); default 0.
+	handoff int
 }
+
+// handoffType is the event type of the load's handoff events.
+const handoffType = "handoff"
 
 // startLoad runs the workload in the background; stop ends it and waits.
 func (c *checker) startLoad(l load) (stop func()) {
@@ -660,7 +689,11 @@ func (c *checker) produce(ctx context.Context, l load) {
 				case r < l.rollback+l.crash:
 					want = crashed
 				}
-				c.transact(aggID(rand.IntN(l.aggregates)), want)
+				typ := "changed"
+				if rand.IntN(100) < l.handoff {
+					typ = handoffType
+				}
+				c.transactType(aggID(rand.IntN(l.aggregates)), typ, want)
 				select {
 				case <-ctx.Done():
 				case <-time.After(l.pause):
@@ -674,6 +707,11 @@ func (c *checker) produce(ctx context.Context, l load) {
 // transact writes one business row and its event in one transaction and
 // ends it as want says; it records the outcome and returns the event id.
 func (c *checker) transact(aggID string, want outcome) string {
+	return c.transactType(aggID, "changed", want)
+}
+
+// transactType is transact with an event of type eventType.
+func (c *checker) transactType(aggID, eventType string, want outcome) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	id := uuid.Must(uuid.NewV7())
@@ -684,7 +722,7 @@ func (c *checker) transact(aggID string, want outcome) string {
 		return id.String()
 	}
 	defer conn.Release()
-	got := c.write(ctx, conn.Conn(), id, aggID, want)
+	got := c.write(ctx, conn.Conn(), id, aggID, eventType, want)
 	if got == crashed {
 		// The process died with its transaction open: the server sees the
 		// socket close, and aborts.
@@ -719,7 +757,7 @@ func (c *checker) hold(aggID string) (id string, commit func()) {
 	}
 }
 
-func (c *checker) write(ctx context.Context, conn *pgx.Conn, id uuid.UUID, aggID string, want outcome) outcome {
+func (c *checker) write(ctx context.Context, conn *pgx.Conn, id uuid.UUID, aggID, eventType string, want outcome) outcome {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return failed
@@ -729,7 +767,7 @@ func (c *checker) write(ctx context.Context, conn *pgx.Conn, id uuid.UUID, aggID
 		return failed
 	}
 	payload, _ := json.Marshal(map[string]string{"order": id.String()})
-	if _, err := c.e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: c.e.aggType, AggregateID: aggID, EventType: "changed", Payload: payload}); err != nil {
+	if _, err := c.e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: c.e.aggType, AggregateID: aggID, EventType: eventType, Payload: payload}); err != nil {
 		_ = tx.Rollback(ctx)
 		return failed
 	}
