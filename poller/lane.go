@@ -224,7 +224,13 @@ func (p *Poller) publishDirect(ctx context.Context, only []outbox.AggregateKey) 
 	}
 	p.publish(ctx, start, busy)
 	failpoint.Inject("lane.after-confirm")
-	more, err := p.settle(mctx, busy, nil)
+	// The mark's timeout runs from here, not from the claim: the publishes
+	// end by the claim plus Lease - MarkTimeout (their deadline, then the
+	// broker's close), so the mark still ends inside the lease, however
+	// long they took.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
+	defer scancel()
+	more, err := p.settle(sctx, busy, nil)
 	p.metrics.Batch(rows, 0, time.Since(start))
 	return rows, more || len(aggs) >= p.cfg.BatchSize, err
 }
