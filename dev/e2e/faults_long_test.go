@@ -84,7 +84,7 @@ const drainFloor = 20.0
 // unreachable for Ferry, in the publish-first lane RabbitMQ is for the
 // relay (which needs no Temporal to publish). Then the proxy resumes and
 // the backlog drains. Measured: the plan of the claim statement the
-// running poller sends (it must use the partial index
+// running poller sends (in the workflow lane it must use the partial index
 // outbox_events_pending_idx), index and sequential scans during the drain,
 // batch sizes and durations, the drain rate, and the peak memory (VmHWM) of
 // every process. The checker accounts for every event at the end.
@@ -151,6 +151,14 @@ func runBacklog(t *testing.T, lane string) {
 		}
 		plan := claimPlan(t, e)
 		t.Logf("backlog: EXPLAIN ANALYZE of the claim statement the poller sends (rolled back), %s, with %d rows pending:\n%s", when, pending, plan)
+		if lane == poller.LanePublishFirst {
+			// The lane's claim keeps only the rows that are their
+			// aggregate's next version, which no index orders: it joins
+			// every due pending row with its aggregate before it sorts, and
+			// with every row of the table pending the planner may rightly
+			// read the table instead of the index (seen after ANALYZE).
+			continue
+		}
 		require.Contains(t, plan, "outbox_events_pending_idx", "the claim reads the partial pending index")
 	}
 
