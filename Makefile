@@ -73,7 +73,7 @@ test: browser buildah temporal-cli vet ## Run all tests, every module, against l
 # (internal/failpoint) work only in builds with the failpoints tag, which
 # every e2e run here sets.
 .PHONY: test-faults
-test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000), faults against a Temporal cluster of processes (FERRY_FAULTS_DURATION): ~45 min
+test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000), faults against a Temporal cluster of processes (FERRY_FAULTS_DURATION); all but the cluster's in both lanes: ~65 min
 	cd dev && $(GO) test -tags faults,failpoints -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
 # The benchmark measures bin/ferry (the production binary) as built from this

@@ -467,7 +467,7 @@ func (r report) table(title string) string {
 	row("late copies", r.LateCopies, lateNote)
 	b.WriteString("  publishers (journal of publishes under an owner epoch)\n")
 	row("publishes recorded", r.Journaled, "(kept in the publish-first lane)")
-	row("never ended", r.Unended, "publisher killed: taken to last until its bound")
+	row("never ended", r.Unended, "publisher killed, or its end not written: taken to last until its bound")
 	overlapNote := "must be 0 (at most one owner publishes an aggregate)"
 	if r.OverlapsAllowed != "" {
 		overlapNote = "allowed: " + r.OverlapsAllowed
