@@ -71,7 +71,7 @@ test: browser buildah temporal-cli prometheus vet ## Run all tests, every module
 	$(PROMTOOL) check rules deploy/prometheus/ferry-alerts.yml
 	cd deploy/prometheus && $(PROMTOOL) test rules ferry-alerts.test.yml
 	$(GO) test -race -count=1 ./...
-	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/
+	$(GO) test -race -count=1 -tags failpoints ./internal/failpoint/ ./internal/publishjournal/
 	cd cmd/ferry && $(GO) test -race -count=1 ./...
 	cd examples/orders && $(GO) test -race -count=1 ./...
 	cd dev && $(GO) test -race -count=1 $(DEV_RACE_PKGS)
@@ -84,7 +84,7 @@ test: browser buildah temporal-cli prometheus vet ## Run all tests, every module
 # (internal/failpoint) work only in builds with the failpoints tag, which
 # every e2e run here sets.
 .PHONY: test-faults
-test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000), faults against a Temporal cluster of processes (FERRY_FAULTS_DURATION): ~45 min
+test-faults: ## Long fault runs with figures: kill loop (at least FERRY_FAULTS_DURATION 5m and FERRY_FAULTS_KILLS 100 kills), 5 PostgreSQL and 3 RabbitMQ restarts, backlog (FERRY_FAULTS_BACKLOG, 100000), faults against a Temporal cluster of processes (FERRY_FAULTS_DURATION); all but the cluster's in both lanes: ~65 min
 	cd dev && $(GO) test -tags faults,failpoints -count=1 -timeout 120m -v -run '^TestLong' ./e2e/
 
 # The benchmark measures bin/ferry (the production binary) as built from this
@@ -148,13 +148,13 @@ lint: $(TOOLS)/workflowcheck vet ## gofmt, go mod tidy and go vet (every module)
 	cd examples/orders && $(abspath $(TOOLS))/workflowcheck ./fulfilment/...
 
 # go vet in every module, the failpoints build of the packages that have
-# crash points, and the dev module with the faults and failpoints tags (the
+# crash points or publish-journal hooks, and the dev module with the faults and failpoints tags (the
 # long fault runs are built only with the first, crash points only with the
 # second).
 .PHONY: vet
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
-	$(GO) vet -tags failpoints ./internal/failpoint/ ./poller/ ./activities/
+	$(GO) vet -tags failpoints ./internal/failpoint/ ./internal/publishjournal/ ./poller/ ./activities/
 	cd dev && $(GO) vet -tags faults,failpoints ./...
 
 # go mod download in every module (CI, on a clean clone).

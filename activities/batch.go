@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
+	"github.com/ferry-outbox/ferry/internal/publishjournal"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -85,6 +86,7 @@ func (a *Publish) PublishBatch(ctx context.Context, in workflows.PublishBatchInp
 
 	n, pubErr := 0, error(nil)
 	if len(msgs) > 0 {
+		defer publishjournal.Run(ctx, a.pool, in.AggregateType, in.AggregateID, msgs[0].Row.Version, msgs[len(msgs)-1].Row.Version, in.Epoch).End(&pubErr)
 		n, pubErr = a.broker.Publish(ctx, msgs)
 	}
 	// An event is done when the broker confirmed it (or it skips the

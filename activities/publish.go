@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
+	"github.com/ferry-outbox/ferry/internal/publishjournal"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/upcast"
@@ -157,6 +158,7 @@ func (a *Publish) PublishEvent(ctx context.Context, in workflows.PublishInput) (
 	if err := a.checkOwner(ctx, "publish", in.AggregateType, in.AggregateID, in.Epoch); err != nil {
 		return workflows.PublishResult{}, err
 	}
+	defer publishjournal.Run(ctx, a.pool, in.AggregateType, in.AggregateID, in.Version, in.Version, in.Epoch).End(nil)
 	if err := a.deliverEvent(ctx, in.EventID, ev); err != nil {
 		noteError(ctx, a.pool, in.EventID, err)
 		var appErr *temporal.ApplicationError

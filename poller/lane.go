@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-outbox/ferry/internal/backoff"
 	"github.com/ferry-outbox/ferry/internal/failpoint"
 	"github.com/ferry-outbox/ferry/internal/pgtext"
+	"github.com/ferry-outbox/ferry/internal/publishjournal"
 	"github.com/ferry-outbox/ferry/metrics"
 	"github.com/ferry-outbox/ferry/relaydb"
 	"github.com/ferry-outbox/ferry/workflows"
@@ -460,6 +461,7 @@ func (p *Poller) publish(ctx context.Context, claimedAt time.Time, aggs []*laneA
 			for i, e := range a.events[:a.cut] {
 				events[i] = delivery.Event{ID: e.id, Row: e.row}
 			}
+			defer publishjournal.Relay(ctx, p.cfg.Pool, p.cfg.Name, a.aggType, a.aggID, a.events[0].version, a.events[a.cut-1].version, a.epoch, claimedAt.Add(p.cfg.Lease)).End(&a.err)
 			a.confirmed, a.err = p.cfg.Target.Publish(ctx, events)
 			if a.err != nil {
 				var own bool

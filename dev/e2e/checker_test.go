@@ -20,10 +20,15 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/ferry-outbox/ferry/destination"
 	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/inbox"
+	"github.com/ferry-outbox/ferry/internal/publishjournal"
 	"github.com/ferry-outbox/ferry/outbox"
+	"github.com/ferry-outbox/ferry/poller"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -48,10 +53,27 @@ import (
 //   - store: orphaned rows (a business row without its event or the reverse)
 //     and atomicity (a row stored for an aborted transaction).
 //
-// It fails the test unless lost, unexpected, order violations, orphans and
-// atomicity violations are zero and every committed event has exactly one
-// effect. Duplicates are reported, not failed: they are allowed at the
-// transport layers and absorbed by the inbox.
+//   - publishers (the publish-first lane): the publish journal
+//     (internal/publishjournal) records every publish made under an owner
+//     epoch, relay's or run's, from its send to its confirm; no two owners'
+//     publishes of one aggregate may overlap in time, and every row marked
+//     published under an epoch must have its publish in the journal.
+//
+// It fails the test unless lost, unexpected, order violations, late copies
+// (unless the run's faults make them: see lateCopies), overlapping owners,
+// orphans and atomicity violations are zero and every committed event has
+// exactly one effect. Duplicates are reported, not failed: they are
+// allowed at the transport layers and absorbed by the inbox.
+//
+// A late copy is a copy of a version that arrives after the first copy of
+// a later version of its aggregate. The order check reads first copies
+// only, so two publishers of one aggregate at once pass it; their copies
+// interleave, and the late copies show it. A late copy is also what a
+// legitimate repeat of a run of versions looks like: a publisher that sent
+// v5..v7 and never marked them (killed after the confirm, its mark lost to
+// a database failure, its confirms lost with the broker's connection) has
+// them sent again, from v5, after v7's first copy. So runs with kills or
+// such faults report late copies; the others must have none.
 
 // outcome is what became of one producer transaction.
 type outcome int
@@ -76,6 +98,26 @@ type observation struct {
 	version   int64
 }
 
+// publishRecord is one publish in the journal (publishjournal.Record): an
+// aggregate's versions first..last sent under epoch by party, from start
+// to end. end is when the publish returned or, when it never did (its
+// publisher was killed), the latest end the lane allows it.
+type publishRecord struct {
+	aggID       string
+	first, last int64
+	epoch       int64
+	party       string
+	start, end  time.Time
+	ended       bool // end is the publish's own; false: its bound
+	outcome     string
+}
+
+// epochMark is a row marked published under an owner epoch.
+type epochMark struct {
+	aggID          string
+	version, epoch int64
+}
+
 // history is what the checker gathered after the drain.
 type history struct {
 	attempts map[string]attempt // by event id
@@ -85,6 +127,16 @@ type history struct {
 	effects  []observation      // the consumer's effect rows, in commit order
 	absorbed int                // deliveries the inbox dropped (duplicate or stale)
 	orphans  int                // business rows without an event, or the reverse
+	// late says why this run may have late copies (its faults repeat runs
+	// of versions); "": it must have none.
+	late string
+	// journal is the publish journal, nil when the run kept none (the
+	// workflow lane); marks are the rows published under an epoch.
+	journal []publishRecord
+	marks   []epochMark
+	// overlapping says why this run may have overlapping owners (the
+	// journal's negative control); "": it must have none.
+	overlapping string
 }
 
 // report is the checker's accounting.
@@ -99,6 +151,19 @@ type report struct {
 	Delivered, Lost, Unexpected    int
 	DuplicateCopies, DuplicatedIDs int
 	OrderViolations                int
+	// LateCopies: copies of a version after a later version's first copy;
+	// LateAllowed says why this run may have them ("": it may not).
+	LateCopies  int
+	LateAllowed string
+
+	// The publish journal (-1: not kept): publishes recorded, those whose
+	// publisher never said it was done, pairs of two owners' publishes of
+	// one aggregate that overlap in time, and rows marked published under
+	// an epoch whose publish is not in the journal. OverlapsAllowed says
+	// why this run may have overlaps ("": it may not); overlaps lists them.
+	Journaled, Unended, Overlaps, Unjournaled int
+	OverlapsAllowed                           string
+	overlaps                                  []overlap
 
 	EffectsOnce, EffectsMissing, EffectsMultiple, EffectsUnexpected int
 	EffectOrderViolations, Absorbed                                 int
@@ -178,6 +243,21 @@ func account(h history) report {
 		}
 	}
 	r.OrderViolations = orderViolations(firsts, want)
+	r.LateCopies, r.LateAllowed = lateCopies(h.tap, want), h.late
+
+	r.Journaled, r.Unended, r.Overlaps, r.Unjournaled = -1, -1, -1, -1
+	if h.journal != nil {
+		r.Journaled, r.Unended = len(h.journal), 0
+		for _, p := range h.journal {
+			if !p.ended {
+				r.Unended++
+			}
+		}
+		r.overlaps = overlaps(h.journal)
+		r.Overlaps = len(r.overlaps)
+		r.Unjournaled = unjournaled(h.marks, h.journal)
+	}
+	r.OverlapsAllowed = h.overlapping
 
 	effects := map[string]int{}
 	var firstEffects []observation
@@ -226,6 +306,95 @@ func orderViolations(obs []observation, want map[string]bool) int {
 	return n
 }
 
+// lateCopies counts the copies of wanted events that arrive after the
+// first copy of a later version of their aggregate.
+func lateCopies(tap []observation, want map[string]bool) int {
+	top := map[string]int64{} // per aggregate, the highest version whose first copy came
+	seen := map[string]bool{}
+	n := 0
+	for _, o := range tap {
+		if !want[o.id] {
+			continue
+		}
+		if o.version < top[o.aggID] {
+			n++
+		}
+		if !seen[o.id] {
+			seen[o.id] = true
+			top[o.aggID] = max(top[o.aggID], o.version)
+		}
+	}
+	return n
+}
+
+// overlap is two owners' publishes of one aggregate at once.
+type overlap struct{ a, b publishRecord }
+
+func (o overlap) String() string {
+	rec := func(p publishRecord) string {
+		end := "ended " + p.end.Format("15:04:05.000000")
+		if !p.ended {
+			end = "never ended; bound " + p.end.Format("15:04:05.000000")
+		}
+		return fmt.Sprintf("epoch %d (%s, v%d-%d, from %s, %s)", p.epoch, p.party, p.first, p.last, p.start.Format("15:04:05.000000"), end)
+	}
+	return fmt.Sprintf("%s: %s and %s", o.a.aggID, rec(o.a), rec(o.b))
+}
+
+// overlaps finds the pairs of publishes of one aggregate under different
+// epochs whose times intersect: two owners publishing at once. Publishes
+// of one epoch may overlap (a run's activity retried while the killed
+// attempt's publish has no end: one owner).
+func overlaps(journal []publishRecord) []overlap {
+	byAgg := map[string][]publishRecord{}
+	for _, p := range journal {
+		byAgg[p.aggID] = append(byAgg[p.aggID], p)
+	}
+	aggs := make([]string, 0, len(byAgg))
+	for a := range byAgg {
+		aggs = append(aggs, a)
+	}
+	slices.Sort(aggs)
+	var out []overlap
+	for _, a := range aggs {
+		ps := byAgg[a]
+		slices.SortStableFunc(ps, func(x, y publishRecord) int { return x.start.Compare(y.start) })
+		for i, p := range ps {
+			for _, q := range ps[i+1:] {
+				if !q.start.Before(p.end) {
+					break // sorted by start: no later one begins before p ended
+				}
+				if q.epoch != p.epoch {
+					out = append(out, overlap{p, q})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// unjournaled counts the rows marked published under an epoch that no
+// journal row of that epoch covers: a publish the journal missed, which
+// would make its silence about overlaps worthless.
+func unjournaled(marks []epochMark, journal []publishRecord) int {
+	type key struct {
+		agg   string
+		epoch int64
+	}
+	spans := map[key][][2]int64{}
+	for _, p := range journal {
+		k := key{p.aggID, p.epoch}
+		spans[k] = append(spans[k], [2]int64{p.first, p.last})
+	}
+	n := 0
+	for _, m := range marks {
+		if !slices.ContainsFunc(spans[key{m.aggID, m.epoch}], func(s [2]int64) bool { return s[0] <= m.version && m.version <= s[1] }) {
+			n++
+		}
+	}
+	return n
+}
+
 // failures lists what breaks the delivery contract; empty means pass.
 func (r report) failures() []string {
 	var out []string
@@ -237,6 +406,13 @@ func (r report) failures() []string {
 	check(r.Lost, "lost")
 	check(r.Unexpected, "unexpected")
 	check(r.OrderViolations, "order violations")
+	if r.LateAllowed == "" {
+		check(r.LateCopies, "late copies (a version after a later one, in a run whose faults repeat none)")
+	}
+	if r.OverlapsAllowed == "" {
+		check(max(r.Overlaps, 0), "overlapping publishes of two owners of one aggregate")
+	}
+	check(max(r.Unjournaled, 0), "rows published under an epoch whose publish is missing from the journal")
 	check(r.Orphans, "orphan rows")
 	check(r.Atomicity, "atomicity violations")
 	check(r.EffectsMissing, "events without effect")
@@ -247,6 +423,15 @@ func (r report) failures() []string {
 		out = append(out, "the drain timed out")
 	}
 	return out
+}
+
+// journalFigures is the journal's part of a test's summary line: "" when
+// the run kept none.
+func (r report) journalFigures() string {
+	if r.Journaled < 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d publishes in the journal (%d never ended), %d pairs of two owners at once", r.Journaled, r.Unended, r.Overlaps)
 }
 
 // table renders the report for t.Log.
@@ -275,6 +460,27 @@ func (r report) table(title string) string {
 	row("unexpected", r.Unexpected, "must be 0")
 	row("duplicate copies", r.DuplicateCopies, fmt.Sprintf("of %d events: at-least-once, allowed", r.DuplicatedIDs))
 	row("order violations", r.OrderViolations, "must be 0 (per aggregate)")
+	lateNote := "must be 0 (no fault here repeats a run of versions)"
+	if r.LateAllowed != "" {
+		lateNote = "allowed: " + r.LateAllowed
+	}
+	row("late copies", r.LateCopies, lateNote)
+	b.WriteString("  publishers (journal of publishes under an owner epoch)\n")
+	row("publishes recorded", r.Journaled, "(kept in the publish-first lane)")
+	row("never ended", r.Unended, "publisher killed, or its end not written: taken to last until its bound")
+	overlapNote := "must be 0 (at most one owner publishes an aggregate)"
+	if r.OverlapsAllowed != "" {
+		overlapNote = "allowed: " + r.OverlapsAllowed
+	}
+	row("two owners at once", r.Overlaps, overlapNote)
+	row("marks not in the journal", r.Unjournaled, "must be 0")
+	for i, o := range r.overlaps {
+		if i == 5 {
+			fmt.Fprintf(&b, "      … and %d more\n", len(r.overlaps)-i)
+			break
+		}
+		fmt.Fprintf(&b, "      %s\n", o)
+	}
 	b.WriteString("  consumer (inbox)\n")
 	row("effects exactly once", r.EffectsOnce, fmt.Sprintf("must be %d", r.Committed))
 	row("events without effect", r.EffectsMissing, "must be 0")
@@ -305,6 +511,11 @@ type checker struct {
 	queue     string // the checker consumers' queue
 	tap       *ledger
 	stopTap   func()
+	// journal: the run keeps the publish journal (the publish-first lane).
+	journal bool
+	// late and overlapping say why the run may have late copies or
+	// overlapping owners (allowLate, the journal's negative control).
+	late, overlapping string
 
 	mu       sync.Mutex
 	attempts map[string]attempt
@@ -339,10 +550,41 @@ func (e *env) newChecker(t *testing.T) *checker {
 	_, err = e.db.Pool.Exec(ctx, sqlCreateDeliveries)
 	require.NoError(t, err)
 	c := &checker{t: t, e: e, temporal: tclient, ns: namespace, queue: ferrytest.Name("ferry.checker"), attempts: map[string]attempt{}}
+	if e.lane == poller.LanePublishFirst {
+		// TestMain switches the journal on for every process of this binary;
+		// the table decides which schemas keep one.
+		require.True(t, publishjournal.Enabled, "the publish journal needs a build with -tags failpoints (make test sets it)")
+		require.NoError(t, publishjournal.CreateTable(ctx, e.db.Pool))
+		c.journal = true
+	}
 	t.Cleanup(func() { deleteConsumerQueues(t, e.br.URL, c.queue) })
 	c.tap, c.stopTap = e.consume(t)
 	return c
 }
+
+// withHandoffs routes the load's handoff events (load.handoff) to a
+// workflow destination as well as to the broker, and runs the
+// destination's workflows (which just complete) in this process. It
+// returns the setting for Ferry's processes (FERRY_DESTINATIONS). In the
+// publish-first lane such an event hands its aggregate to its workflow,
+// which publishes it and the versions after it and gives the aggregate
+// back when it has published all it holds: the load then crosses every
+// change of ownership, relay to workflow and back, not only relay to
+// relay.
+func (c *checker) withHandoffs(t *testing.T) string {
+	t.Helper()
+	tq := ferrytest.Name("checker-sink")
+	w := sdkworker.New(c.temporal, tq, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(func(workflow.Context, destination.Envelope) error { return nil },
+		workflow.RegisterOptions{Name: "CheckerSink"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	return fmt.Sprintf("FERRY_DESTINATIONS=%s.%s=start:sink,type=CheckerSink,queue=%s", c.e.aggType, handoffType, tq)
+}
+
+// allowLate says that this run's faults may repeat runs of versions, and
+// why: its late copies are reported, not failed.
+func (c *checker) allowLate(why string) { c.late = why }
 
 // useTemporal makes the checker read signals from another Temporal server.
 func (c *checker) useTemporal(tc client.Client, ns string) { c.temporal, c.ns = tc, ns }
@@ -395,7 +637,13 @@ type load struct {
 	rollback   int           // percent rolled back on purpose; default 10
 	crash      int           // percent cut off before COMMIT; default 5
 	limit      int           // stop after this many attempts in all; 0: when stopped
+	// handoff is the percent of events of type handoffType, which a test
+	// may route to a workflow destination (withHandoffs); default 0.
+	handoff int
 }
+
+// handoffType is the event type of the load's handoff events.
+const handoffType = "handoff"
 
 // startLoad runs the workload in the background; stop ends it and waits.
 func (c *checker) startLoad(l load) (stop func()) {
@@ -441,7 +689,11 @@ func (c *checker) produce(ctx context.Context, l load) {
 				case r < l.rollback+l.crash:
 					want = crashed
 				}
-				c.transact(aggID(rand.IntN(l.aggregates)), want)
+				typ := "changed"
+				if rand.IntN(100) < l.handoff {
+					typ = handoffType
+				}
+				c.transactType(aggID(rand.IntN(l.aggregates)), typ, want)
 				select {
 				case <-ctx.Done():
 				case <-time.After(l.pause):
@@ -455,6 +707,11 @@ func (c *checker) produce(ctx context.Context, l load) {
 // transact writes one business row and its event in one transaction and
 // ends it as want says; it records the outcome and returns the event id.
 func (c *checker) transact(aggID string, want outcome) string {
+	return c.transactType(aggID, "changed", want)
+}
+
+// transactType is transact with an event of type eventType.
+func (c *checker) transactType(aggID, eventType string, want outcome) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	id := uuid.Must(uuid.NewV7())
@@ -465,7 +722,7 @@ func (c *checker) transact(aggID string, want outcome) string {
 		return id.String()
 	}
 	defer conn.Release()
-	got := c.write(ctx, conn.Conn(), id, aggID, want)
+	got := c.write(ctx, conn.Conn(), id, aggID, eventType, want)
 	if got == crashed {
 		// The process died with its transaction open: the server sees the
 		// socket close, and aborts.
@@ -500,7 +757,7 @@ func (c *checker) hold(aggID string) (id string, commit func()) {
 	}
 }
 
-func (c *checker) write(ctx context.Context, conn *pgx.Conn, id uuid.UUID, aggID string, want outcome) outcome {
+func (c *checker) write(ctx context.Context, conn *pgx.Conn, id uuid.UUID, aggID, eventType string, want outcome) outcome {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return failed
@@ -510,7 +767,7 @@ func (c *checker) write(ctx context.Context, conn *pgx.Conn, id uuid.UUID, aggID
 		return failed
 	}
 	payload, _ := json.Marshal(map[string]string{"order": id.String()})
-	if _, err := c.e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: c.e.aggType, AggregateID: aggID, EventType: "changed", Payload: payload}); err != nil {
+	if _, err := c.e.writer.Write(ctx, tx, outbox.Event{ID: id, AggregateType: c.e.aggType, AggregateID: aggID, EventType: eventType, Payload: payload}); err != nil {
 		_ = tx.Rollback(ctx)
 		return failed
 	}
@@ -610,6 +867,10 @@ func (c *checker) check(timeout time.Duration) report {
 	}
 	c.tap.mu.Unlock()
 	h.effects = c.effects(ctx)
+	h.late, h.overlapping = c.late, c.overlapping
+	if c.journal {
+		h.journal, h.marks = c.readJournal(ctx)
+	}
 	if !c.noSignals {
 		h.signals = c.signalCounts(ctx)
 	}
@@ -679,6 +940,37 @@ func (c *checker) effects(ctx context.Context) []observation {
 	})
 	require.NoError(c.t, err)
 	return out
+}
+
+// readJournal reads the publish journal and the rows marked published
+// under an epoch. A publish that never ended is taken to last until its
+// bound (the claim plus the lease, or the activity attempt's deadline:
+// until then no other owner may take the aggregate), or to the end of
+// time when it has none.
+func (c *checker) readJournal(ctx context.Context) ([]publishRecord, []epochMark) {
+	recs, err := publishjournal.Read(ctx, c.e.db.Pool)
+	require.NoError(c.t, err)
+	journal := make([]publishRecord, 0, len(recs))
+	for _, r := range recs {
+		p := publishRecord{aggID: r.AggregateID, first: r.First, last: r.Last, epoch: r.Epoch, party: r.Party,
+			start: r.Started, end: r.Ended, ended: !r.Ended.IsZero(), outcome: r.Outcome}
+		if !p.ended {
+			p.end = r.Bound
+			if p.end.IsZero() {
+				p.end = time.Unix(1<<40, 0)
+			}
+		}
+		journal = append(journal, p)
+	}
+	rows, err := c.e.db.Pool.Query(ctx, `SELECT aggregate_id, aggregate_version, owner_epoch FROM outbox_events
+		WHERE status = 'published' AND owner_epoch > 0`)
+	require.NoError(c.t, err)
+	marks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (epochMark, error) {
+		var m epochMark
+		return m, r.Scan(&m.aggID, &m.version, &m.epoch)
+	})
+	require.NoError(c.t, err)
+	return journal, marks
 }
 
 // touchedAggregates lists, sorted, the aggregate ids the workload wrote to.
@@ -754,6 +1046,13 @@ func (c *checker) signalCounts(ctx context.Context) map[string]int {
 func TestCheckerAccounting(t *testing.T) {
 	t.Parallel()
 	obs := func(id, agg string, v int64) observation { return observation{id: id, aggID: agg, version: v} }
+	// pub is a publish of agg's versions first..last under epoch by relay
+	// r<epoch>, from second start to second end of the day.
+	pub := func(agg string, first, last, epoch int64, start, end int, ended bool) publishRecord {
+		day := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+		return publishRecord{aggID: agg, first: first, last: last, epoch: epoch, party: fmt.Sprintf("relay r%d", epoch),
+			start: day.Add(time.Duration(start) * time.Second), end: day.Add(time.Duration(end) * time.Second), ended: ended}
+	}
 	attempts := map[string]attempt{
 		"a1": {"a", committed}, "a2": {"a", committed}, "b1": {"b", committed},
 		"rb": {"a", rolledBack}, "cr": {"b", crashed}, "u1": {"b", indeterminate}, "u2": {"a", indeterminate},
@@ -775,10 +1074,11 @@ func TestCheckerAccounting(t *testing.T) {
 		{"clean", func(*history) {}, func(t *testing.T, r report) {
 			require.Empty(t, r.failures())
 			require.Equal(t, report{Attempted: 7, Committed: 4, RolledBack: 1, Crashed: 1, Unknown: 2, UnknownCommitted: 1,
-				Signals: 4, Delivered: 4, EffectsOnce: 4}, r)
+				Signals: 4, Delivered: 4, EffectsOnce: 4, Journaled: -1, Unended: -1, Overlaps: -1, Unjournaled: -1}, r)
 		}},
 		{"duplicates are reported, not failed", func(h *history) {
-			h.tap = append(h.tap, obs("a1", "a", 1), obs("a1", "a", 1), obs("b1", "b", 1))
+			h.tap = []observation{obs("a1", "a", 1), obs("a1", "a", 1), obs("b1", "b", 1), obs("a1", "a", 1), obs("b1", "b", 1),
+				obs("a2", "a", 2), obs("u1", "b", 2)}
 			h.signals["a2"] = 3
 			h.absorbed = 2
 		}, func(t *testing.T, r report) {
@@ -824,6 +1124,78 @@ func TestCheckerAccounting(t *testing.T) {
 			h.stored = map[string]bool{"a2": true, "b1": true, "u1": true, "rb": true}
 		}, func(t *testing.T, r report) {
 			require.Equal(t, 2, r.Atomicity)
+		}},
+		{"a late copy: a duplicate after a later version's first copy", func(h *history) {
+			h.tap = append(h.tap, obs("a1", "a", 1))
+		}, func(t *testing.T, r report) {
+			require.Equal(t, 1, r.LateCopies)
+			require.Equal(t, []string{"1 late copies (a version after a later one, in a run whose faults repeat none)"}, r.failures())
+			require.Regexp(t, `late copies +1  must be 0`, r.table("x"))
+		}},
+		{"a duplicate before the next version is not late", func(h *history) {
+			h.tap = []observation{obs("a1", "a", 1), obs("a1", "a", 1), obs("b1", "b", 1), obs("a2", "a", 2), obs("a2", "a", 2), obs("u1", "b", 2)}
+		}, func(t *testing.T, r report) {
+			require.Zero(t, r.LateCopies)
+			require.Equal(t, 2, r.DuplicateCopies)
+			require.Empty(t, r.failures())
+		}},
+		{"two publishers interleaved: first copies in order, the late copy shows them", func(h *history) {
+			h.tap = []observation{obs("a1", "a", 1), obs("b1", "b", 1), obs("a2", "a", 2), obs("a1", "a", 1), obs("a2", "a", 2), obs("u1", "b", 2)}
+		}, func(t *testing.T, r report) {
+			require.Zero(t, r.OrderViolations)
+			require.Equal(t, 1, r.LateCopies)
+			require.Len(t, r.failures(), 1)
+		}},
+		{"late copies the run's faults allow are reported, not failed", func(h *history) {
+			h.tap = append(h.tap, obs("a1", "a", 1), obs("b1", "b", 1))
+			h.late = "relays killed after the confirm"
+		}, func(t *testing.T, r report) {
+			require.Equal(t, 2, r.LateCopies)
+			require.Empty(t, r.failures())
+			require.Regexp(t, `late copies +2  allowed: relays killed after the confirm`, r.table("x"))
+		}},
+		{"journal: two owners at once", func(h *history) {
+			h.journal = []publishRecord{pub("a", 1, 2, 7, 0, 10, true), pub("a", 1, 2, 8, 5, 12, true), pub("b", 1, 2, 7, 5, 12, true)}
+			h.marks = []epochMark{{"a", 1, 8}, {"a", 2, 8}, {"b", 1, 7}, {"b", 2, 7}}
+		}, func(t *testing.T, r report) {
+			require.Equal(t, 3, r.Journaled)
+			require.Equal(t, 1, r.Overlaps)
+			require.Zero(t, r.Unjournaled)
+			require.Equal(t, []string{"1 overlapping publishes of two owners of one aggregate"}, r.failures())
+			require.Contains(t, r.table("x"), "a: epoch 7 (relay r7, v1-2, from 00:00:00.000000, ended 00:00:10.000000) and epoch 8 (relay r8, v1-2, from 00:00:05.000000, ended 00:00:12.000000)")
+		}},
+		{"journal: one owner after the other, and one owner twice at once, overlap nothing", func(h *history) {
+			h.journal = []publishRecord{pub("a", 1, 1, 7, 0, 5, true), pub("a", 2, 2, 8, 5, 8, true), pub("a", 2, 2, 8, 6, 7, true)}
+			h.marks = []epochMark{{"a", 1, 7}, {"a", 2, 8}}
+		}, func(t *testing.T, r report) {
+			require.Zero(t, r.Overlaps)
+			require.Empty(t, r.failures())
+		}},
+		{"journal: a killed publisher lasts until its bound", func(h *history) {
+			h.journal = []publishRecord{pub("a", 1, 2, 7, 0, 12, false), pub("a", 1, 2, 8, 10, 11, true),
+				pub("b", 1, 2, 7, 0, 9, false), pub("b", 1, 2, 8, 10, 11, true)}
+		}, func(t *testing.T, r report) {
+			require.Equal(t, 2, r.Unended)
+			require.Equal(t, 1, r.Overlaps, "a's bound is after the next owner's start, b's before it")
+			require.Contains(t, r.table("x"), "never ended; bound 00:00:12.000000")
+		}},
+		{"journal: a row marked under an epoch whose publish it has not", func(h *history) {
+			h.journal = []publishRecord{pub("a", 1, 2, 7, 0, 1, true)}
+			h.marks = []epochMark{{"a", 1, 7}, {"a", 2, 7}, {"a", 3, 7}, {"b", 1, 9}}
+		}, func(t *testing.T, r report) {
+			require.Equal(t, 2, r.Unjournaled)
+			require.Equal(t, []string{"2 rows published under an epoch whose publish is missing from the journal"}, r.failures())
+		}},
+		{"journal: overlaps the negative control allows are reported, not failed", func(h *history) {
+			h.journal = []publishRecord{pub("a", 1, 2, 7, 0, 10, true), pub("a", 1, 2, 8, 5, 12, true)}
+			h.overlapping = "lease shorter than a stalled publish"
+		}, func(t *testing.T, r report) {
+			require.Equal(t, 1, r.Overlaps)
+			require.Empty(t, r.failures())
+			require.Regexp(t, `two owners at once +1  allowed: lease shorter`, r.table("x"))
+		}},
+		{"journal not kept", func(*history) {}, func(t *testing.T, r report) {
+			require.Regexp(t, `two owners at once +- `, r.table("x"))
 		}},
 		{"signals not counted", func(h *history) { h.signals = nil }, func(t *testing.T, r report) {
 			require.Equal(t, -1, r.Signals)

@@ -21,11 +21,12 @@ import (
 	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/dev/tcluster"
 	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/ferrytest/servers"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
 // Faults that need more than a proxy: a Temporal server a test may stop, and
-// RabbitMQ's memory alarm.
+// RabbitMQ's memory alarm (on a node of the test's own).
 
 // ownTemporal is a Temporal server of one test's own, in a process of its
 // own (this binary, childEnv=temporal) on a fixed port and a SQLite file, so
@@ -207,50 +208,24 @@ func (o *ownTemporal) env() []string {
 	return []string{"FERRY_TEMPORAL_ADDRESS=" + o.addr, "FERRY_TEMPORAL_NAMESPACE=" + o.namespace}
 }
 
-// rabbitmqctl runs the test broker's CLI: the command line in
-// FERRY_TEST_RABBITMQCTL (e.g. "docker exec rabbitmq rabbitmqctl"), default
-// rabbitmqctl on this machine.
-func rabbitmqctl(args ...string) (string, error) {
-	cmdline := strings.Fields(cmp.Or(os.Getenv("FERRY_TEST_RABBITMQCTL"), "rabbitmqctl"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, cmdline[0], append(cmdline[1:], args...)...).CombinedOutput()
-	return strings.TrimSpace(string(out)), err
-}
-
-// memoryAlarm raises RabbitMQ's memory alarm by setting the high watermark
-// to 0.0000001 of the machine's memory, and waits until the broker reports
-// it. The returned func restores the watermark the broker had; cleanup calls
-// it too, so the shared broker is restored even when the test fails.
-func memoryAlarm(t *testing.T) (clear func()) {
+// memoryAlarm raises the memory alarm of the test's own RabbitMQ node by
+// setting its high watermark to 0.0000001 of the machine's memory, and
+// waits until the node reports it. The returned func restores the
+// watermark the node had.
+func memoryAlarm(t *testing.T, mq *servers.RabbitNode) (clear func()) {
 	t.Helper()
-	cur, err := rabbitmqctl("eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
-	require.NoError(t, err, "the memory alarm needs rabbitmqctl for the test broker (FERRY_TEST_RABBITMQCTL): %s", cur)
-	var restore []string
+	cur := strings.TrimSpace(mq.Ctl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
+	restore := []string{cur}
 	if n, ok := strings.CutPrefix(cur, "{absolute,"); ok {
 		restore = []string{"absolute", strings.TrimSuffix(n, "}")}
 	} else {
-		f, err := strconv.ParseFloat(cur, 64)
+		_, err := strconv.ParseFloat(cur, 64)
 		require.NoError(t, err, "memory high watermark %q", cur)
-		restore = []string{cur}
-		if f < 0.01 {
-			// Left behind by a run that was killed before its cleanup.
-			t.Logf("the memory watermark is %s, below any sane setting: restoring RabbitMQ's default, 0.4", cur)
-			restore = []string{"0.4"}
-		}
 	}
-	clear = sync.OnceFunc(func() {
-		args := append([]string{"set_vm_memory_high_watermark"}, restore...)
-		if out, err := rabbitmqctl(args...); err != nil {
-			t.Errorf("restore RabbitMQ's memory watermark: %v: %s\nrestore it by hand: rabbitmqctl %s", err, out, strings.Join(args, " "))
-		}
-	})
-	t.Cleanup(clear)
-	out, err := rabbitmqctl("set_vm_memory_high_watermark", "0.0000001")
-	require.NoError(t, err, out)
+	clear = sync.OnceFunc(func() { mq.Ctl(t, append([]string{"set_vm_memory_high_watermark"}, restore...)...) })
+	mq.Ctl(t, "set_vm_memory_high_watermark", "0.0000001")
 	waitFor(t, 30*time.Second, "RabbitMQ to report the memory alarm", func() bool {
-		out, err := rabbitmqctl("eval", "rabbit_alarm:get_alarms().")
-		return err == nil && strings.Contains(out, "memory")
+		return strings.Contains(mq.Ctl(t, "eval", "rabbit_alarm:get_alarms()."), "memory")
 	})
 	return clear
 }

@@ -48,6 +48,15 @@ type env struct {
 	taskQueue string
 	aggType   string
 	writer    *outbox.Writer
+	// lane of the Ferry processes this env starts (FERRY_LANE); "": the
+	// default, the workflow lane.
+	lane string
+}
+
+// inLane makes the Ferry processes of e run lane.
+func (e *env) inLane(lane string) *env {
+	e.lane = lane
+	return e
 }
 
 func setup(t *testing.T) *env {
@@ -440,6 +449,9 @@ func (e *env) spawn(t *testing.T, args []string, env ...string) *child {
 	cmd := exec.Command(os.Args[0], args...)
 	out := &ferrytest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
+	if e.lane != "" {
+		env = append([]string{"FERRY_LANE=" + e.lane}, env...)
+	}
 	cmd.Env = append(append(os.Environ(),
 		"FERRY_POSTGRES_URL="+withParam(e.db.URL, "application_name", e.db.Schema+"/"+args[0]),
 		"FERRY_AMQP_URL="+e.br.URL,

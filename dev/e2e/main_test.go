@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-outbox/ferry/dev/devcli"
 	"github.com/ferry-outbox/ferry/dev/devserver"
 	"github.com/ferry-outbox/ferry/ferrytest"
+	"github.com/ferry-outbox/ferry/internal/publishjournal"
 	"github.com/ferry-outbox/ferry/workflows"
 )
 
@@ -32,6 +33,10 @@ var (
 // No goleak here: the embedded Temporal server runs in this process and
 // keeps goroutines of its own until the process exits.
 func TestMain(m *testing.M) {
+	// Every process of this binary keeps the publish journal, in the
+	// schemas that have its table (the checker makes it in the
+	// publish-first lane); children inherit the switch.
+	os.Setenv(publishjournal.EnvVar, "1")
 	switch os.Getenv(childEnv) {
 	case "1":
 		os.Exit(devcli.Main(os.Args[1:], os.Stdout, os.Stderr))

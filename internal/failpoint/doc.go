@@ -33,6 +33,12 @@
 //	                       rows are not yet marked dispatched.
 //	worker.after-confirm   publish activity: RabbitMQ confirmed the message;
 //	                       the row is not yet marked published.
+//	lane.after-claim       publish-first lane: a direct claim took the
+//	                       aggregates' ownership and leased their rows;
+//	                       nothing is published yet.
+//	lane.after-confirm     publish-first lane: RabbitMQ confirmed the batch's
+//	                       publishes; nothing is marked and no aggregate
+//	                       given up yet.
 //	consumer.before-commit e2e checker consumer: the handler wrote its effect
 //	                       in the inbox transaction, which is not committed.
 //	consumer.after-commit  e2e checker consumer: the inbox transaction
