@@ -202,7 +202,11 @@ func runBacklog(t *testing.T, lane string) {
 		r.Committed, drain.Round(time.Second), rate, r.Lost, r.DuplicateCopies)
 	t.Logf("backlog: during the drain the pending index was scanned %d times, outbox_events sequentially %d times",
 		scansAfter.pendingIdx-scansBefore.pendingIdx, scansAfter.seq-scansBefore.seq)
-	t.Logf("backlog: batches %s", batches(t, e, lease))
+	if lane == poller.LanePublishFirst {
+		t.Logf("backlog: marks %s", laneMarks(t, e))
+	} else {
+		t.Logf("backlog: batches %s", batches(t, e, lease))
+	}
 	t.Logf("backlog: peak memory (VmHWM) %s", hwm(procs))
 	for role, p := range procs {
 		require.False(t, p.exited(), "the %s survived the backlog", role)
@@ -278,8 +282,10 @@ func claimPlan(t *testing.T, e *env) string {
 	ctx := context.Background()
 	var query string
 	waitFor(t, 2*time.Minute, "the poller's claim statement in pg_stat_activity", func() bool {
+		// The claim of pending rows (not the lane's claim of aggregates
+		// workflows own, which reads outbox_owners first).
 		err := e.db.Pool.QueryRow(ctx, `SELECT query FROM pg_stat_activity
-			WHERE application_name = $1 AND query LIKE '%FOR UPDATE SKIP LOCKED%' LIMIT 1`, e.db.Schema+"/poller").Scan(&query)
+			WHERE application_name = $1 AND query LIKE '%FOR UPDATE SKIP LOCKED%' AND query NOT LIKE '%handed_version%' LIMIT 1`, e.db.Schema+"/poller").Scan(&query)
 		return err == nil
 	})
 	// ANALYZE runs the claim, in a transaction that is rolled back: the
@@ -290,9 +296,14 @@ func claimPlan(t *testing.T, e *env) string {
 	_, err = tx.Exec(ctx, "PREPARE ferry_claim AS "+query)
 	require.NoError(t, err)
 	// The poller's parameters: batch size, lease, its name and, when the
-	// statement has a fourth, how many more rows of the same aggregates.
+	// statement has them, how many more rows of the same aggregates (the
+	// workflow lane) or the most versions of one aggregate and rows in all
+	// (the publish-first lane's direct claim).
 	args := "200, '12 seconds', 'explain'"
-	if strings.Contains(query, "$4") {
+	switch {
+	case strings.Contains(query, "$5"):
+		args += ", 500, 1000"
+	case strings.Contains(query, "$4"):
 		args += ", 800"
 	}
 	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) EXECUTE ferry_claim(`+args+`)`)
@@ -317,8 +328,7 @@ func scans(t *testing.T, e *env) scanCounts {
 
 // batches summarises the claims from the rows: the rows of one claim share
 // claimed_by and next_attempt_at (now() + lease of that statement); a batch
-// took from its claim to its mark (the latest dispatched_at of its rows, or
-// published_at in the publish-first lane, which dispatches nothing).
+// took from its claim to its mark (the latest dispatched_at of its rows).
 func batches(t *testing.T, e *env, lease time.Duration) string {
 	t.Helper()
 	rows, err := e.db.Pool.Query(context.Background(), `SELECT count(*),
@@ -348,6 +358,22 @@ func batches(t *testing.T, e *env, lease time.Duration) string {
 	q := func(p float64) int { return int(p * float64(len(all)-1)) }
 	return fmt.Sprintf("%d claims that marked rows: size p50 %d, max %d; claim to mark p50 %.0fms, p90 %.0fms, p95 %.0fms, p99 %.0fms, max %.0fms",
 		len(all), sizes[q(0.5)], sizes[len(sizes)-1], ms[q(0.5)], ms[q(0.9)], ms[q(0.95)], ms[q(0.99)], ms[len(ms)-1])
+}
+
+// laneMarks summarises the publish-first lane's marks from the rows: the
+// rows one mark statement published share its published_at (now() of the
+// statement). A direct claim writes no row, so its time is not on them.
+func laneMarks(t *testing.T, e *env) string {
+	t.Helper()
+	rows, err := e.db.Pool.Query(context.Background(), `SELECT count(*) FROM outbox_events
+		WHERE status = 'published' AND owner_epoch IS NOT NULL GROUP BY published_at ORDER BY 1`)
+	require.NoError(t, err)
+	sizes, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	if len(sizes) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d mark statements: rows p50 %d, max %d", len(sizes), sizes[len(sizes)/2], sizes[len(sizes)-1])
 }
 
 // procStatus reads one field (in kB) of /proc/<pid>/status.
