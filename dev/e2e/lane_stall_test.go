@@ -83,6 +83,14 @@ func TestLaneSlowConfirmWithinTheLeaseIsMarked(t *testing.T) {
 	v1, err := e.commit(ctx, "A", false)
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "v1 delivered through the proxy", func() bool { return l.unique() == 1 })
+	// The consumer can see v1 before the broker's confirm of it reaches the
+	// relay (a persistent message is confirmed once it is on disk): a stall
+	// begun then would hold v1's confirm, and the owner row read below would
+	// be v1's claim, not v2's (the test then waited for v2 under v1's epoch).
+	waitFor(t, 10*time.Second, "v1 marked and A given back", func() bool {
+		_, owned := e.laneOwner(t, "A")
+		return !owned && e.count(t, `SELECT count(*) FROM outbox_events WHERE id = $1 AND status = 'published'`, v1) == 1
+	})
 	proxy.Stall()
 	v2, err := e.commit(ctx, "A", false)
 	require.NoError(t, err)
