@@ -275,8 +275,11 @@ func TestWorkflowDestinationFailuresQuarantineAndRepair(t *testing.T) {
 	require.Contains(t, lastErr, `workflow "fulfil-P": no such running workflow`)
 	wf := workflows.WorkflowID(e.aggType, "P")
 	waitBlocked(t, wf, paid)
-	blocked := blockedIDs(t, fmt.Sprintf(" AND WorkflowId = '%s'", wf))
-	require.Equal(t, []string{wf}, blocked, "the block shows in the UI's dead-letter view")
+	// Visibility follows the run's search attribute upsert asynchronously.
+	waitFor(t, 30*time.Second, "the block in the UI's dead-letter view", func() bool {
+		blocked := blockedIDs(t, fmt.Sprintf(" AND WorkflowId = '%s'", wf))
+		return len(blocked) == 1 && blocked[0] == wf
+	})
 
 	// The operator starts the workflow, then retries: delivered, audited.
 	_, err := tclient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "fulfil-P", TaskQueue: tq}, "E2EFulfilment", destination.Envelope{})

@@ -274,7 +274,9 @@ func TestRepairRetrySkipPatch(t *testing.T) {
 		// The audit trail is append-only.
 		_, err = e.db.Pool.Exec(ctx, `DELETE FROM ferry_repairs`)
 		require.ErrorContains(t, err, "append-only")
-		require.Empty(t, blockedIDs(t, fmt.Sprintf(" AND WorkflowId = '%s'", wfA)))
+		waitFor(t, 30*time.Second, "no block left in visibility (it follows the run asynchronously)", func() bool {
+			return len(blockedIDs(t, fmt.Sprintf(" AND WorkflowId = '%s'", wfA))) == 0
+		})
 	})
 }
 
