@@ -60,3 +60,49 @@ func TestLaneMarksAPublishSlowerThanTheMarkTimeout(t *testing.T) {
 	require.Zero(t, owners, "the aggregate was given back")
 	require.Len(t, br.Collect(t, 3, 2*time.Second), 2, "each version published once")
 }
+
+// The lane's claim does not write the rows it takes, so its mark counts
+// the publish in attempts: a row published at its first attempt reads 1,
+// as in the workflow lane, and a broker-wide failure (dialling RabbitMQ
+// refused) counts as an attempt of the rows it sent back.
+func TestLaneMarkCountsAttempts(t *testing.T) {
+	t.Parallel()
+	db := ferrytest.NewDB(t, "")
+	br := ferrytest.NewBroker(t, "")
+	u, err := url.Parse(br.URL)
+	require.NoError(t, err)
+	proxy := servers.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	pub, err := broker.New(broker.Config{URL: u.String(), Exchange: br.Exchange, DialTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	p := newPoller(t, db.Pool, Config{Lane: LanePublishFirst, Target: target})
+	ctx := context.Background()
+
+	first := insertEvent(t, db.Pool, "order", "A", nil)
+	_, err = p.Drain(ctx)
+	require.NoError(t, err)
+	r := readRow(t, db.Pool, first)
+	require.Equal(t, "published", r.Status)
+	require.Equal(t, 1, r.Attempts, "published at its first attempt")
+
+	proxy.Pause()
+	second := insertEvent(t, db.Pool, "order", "A", nil)
+	_, err = p.Drain(ctx)
+	require.NoError(t, err)
+	r = readRow(t, db.Pool, second)
+	require.Equal(t, "pending", r.Status, "the broker was away")
+	require.NotNil(t, r.LastError)
+	require.Equal(t, 1, r.Attempts, "the failed publish counted: %s", *r.LastError)
+
+	proxy.Resume()
+	eventually(t, 30*time.Second, func() bool {
+		_, err := p.Drain(ctx)
+		require.NoError(t, err)
+		return readRow(t, db.Pool, second).Status == "published"
+	}, "the second event published once the broker is back")
+	require.Equal(t, 2, readRow(t, db.Pool, second).Attempts)
+	require.Len(t, br.Collect(t, 3, 2*time.Second), 2, "each version published once")
+}

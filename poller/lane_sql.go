@@ -149,7 +149,10 @@ var (
 //     it to take at once.
 //   - ev, back: the confirmed rows are published under the relay's epoch;
 //     the rows of a broker-wide failure ($11) return after $9 with $10 as
-//     their last_error. Only rows of aggregates still the relay's. The
+//     their last_error. Both count the publish in attempts: the claim does
+//     not write the rows, so the mark is where a direct attempt is
+//     counted (a row published at its first attempt reads 1, as in the
+//     workflow lane). Only rows of aggregates still the relay's. The
 //     confirmed rows are an aggregate's versions from the lowest to the
 //     highest confirmed, contiguous as the claim took them: ev finds them
 //     by that range of the version index, not by their ids, since a list
@@ -191,14 +194,15 @@ WITH k AS (
     SELECT * FROM released UNION ALL SELECT * FROM handed
 ), ev AS (
     UPDATE outbox_events e
-    SET status = 'published', published_at = now(), last_error = NULL, last_error_class = NULL, owner_epoch = m.epoch, claimed_by = $13
+    SET status = 'published', published_at = now(), attempts = e.attempts + 1,
+        last_error = NULL, last_error_class = NULL, owner_epoch = m.epoch, claimed_by = $13
     FROM mine m JOIN k ON k.t = m.aggregate_type AND k.i = m.aggregate_id
     WHERE e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
       AND k.upto > 0 AND e.aggregate_version BETWEEN k.lo AND k.upto AND e.status = 'pending'
     RETURNING 1
 ), back AS (
     UPDATE outbox_events e
-    SET next_attempt_at = now() + $9::interval, last_error = $10, last_error_class = '` + ClassBroker + `'
+    SET next_attempt_at = now() + $9::interval, attempts = e.attempts + 1, last_error = $10, last_error_class = '` + ClassBroker + `'
     FROM mine m
     WHERE e.id = ANY($11::uuid[]) AND e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
       AND e.status = 'pending'

@@ -350,7 +350,8 @@ type Detail struct {
 	Version                                   int64
 	SchemaVersion                             int32
 	Status                                    string
-	// Attempts are the claims so far (counted at claim time).
+	// Attempts are the tries so far: claims (counted at claim time), and
+	// in the publish-first lane direct publishes (counted by their mark).
 	Attempts int32
 	// NextAttemptAt is when a pending row becomes claimable.
 	NextAttemptAt time.Time
