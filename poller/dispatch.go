@@ -70,9 +70,13 @@ func (p *Poller) MarkDispatched(ctx context.Context, ids []string) error {
 }
 
 // Drain is the poller's claim pass: rounds of the configured lane (RunOnce
-// in the workflow lane) until one comes back short. It returns the rows
+// in the workflow lane; overlapping direct batches in the publish-first
+// lane, drainDirect) until one comes back short. It returns the rows
 // claimed and the first error, which ends the pass.
 func (p *Poller) Drain(ctx context.Context) (total int, err error) {
+	if p.cfg.Lane == LanePublishFirst {
+		return p.drainDirect(ctx)
+	}
 	for {
 		n, again, err := p.round(ctx)
 		total += n

@@ -285,54 +285,140 @@ func (p *Poller) pokeOwned() {
 // publishDirect claims, publishes and marks one batch of the lane.
 func (p *Poller) publishDirect(ctx context.Context, only []relaydb.AggregateKey) (int, bool, error) {
 	start := time.Now()
+	busy, full, err := p.claimBatch(ctx, only)
+	if err != nil || len(busy) == 0 {
+		return 0, full, err
+	}
+	n, more, err := p.finishDirect(ctx, start, busy)
+	return n, more || full, err
+}
+
+// directRounds is how many direct batches the claim pass has out at once:
+// the next claim is made while the batch before it waits for the broker's
+// confirms and its mark. A batch's time is mostly waiting (a confirm
+// waits for the broker's disk, a mark for PostgreSQL's commit), so one
+// relay that overlaps two keeps both busy; measured on 2 cores: see
+// docs/performance.md. Batches in flight never share an aggregate: each
+// claim skips the aggregates under a live lease, as it skips another
+// relay's, and the claims are made one after the other.
+const directRounds = 2
+
+// drainDirect is the claim pass of the publish-first lane: direct
+// batches, up to directRounds at once, claimed one after the other until
+// a claim comes back short and, once the batches in flight are settled,
+// again while a released aggregate has later versions. It returns the
+// rows claimed and the first error, which ends the pass.
+func (p *Poller) drainDirect(ctx context.Context) (int, error) {
+	var (
+		mu    sync.Mutex
+		total int
+		more  bool
+		first error
+	)
+	for {
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, directRounds)
+		for {
+			slots <- struct{}{} // blocks while directRounds batches are out
+			mu.Lock()
+			failed := first != nil
+			mu.Unlock()
+			if failed || ctx.Err() != nil || p.pause.paused(time.Now()) {
+				break
+			}
+			start := time.Now()
+			busy, full, err := p.claimBatch(ctx, nil)
+			if err != nil {
+				mu.Lock()
+				first = cmpErr(first, err)
+				mu.Unlock()
+				break
+			}
+			if len(busy) > 0 {
+				wg.Go(func() {
+					defer func() { <-slots }()
+					n, m, err := p.finishDirect(ctx, start, busy)
+					mu.Lock()
+					defer mu.Unlock()
+					total += n
+					more = more || m
+					first = cmpErr(first, err)
+				})
+			} else {
+				<-slots
+			}
+			if !full {
+				break
+			}
+		}
+		wg.Wait()
+		if first != nil || !more || ctx.Err() != nil {
+			return total, first
+		}
+		more = false
+	}
+}
+
+// markCtx is the context of a statement that settles what a batch
+// claimed. Detached: what was claimed must be settled even when Stop
+// cancels ctx, or it waits out its lease. Each settling statement gets
+// its MarkTimeout from when it starts, not from the claim: publishes end
+// by claim + Lease - MarkTimeout - brokerCloseWait, so a mark that starts
+// after them still ends within the lease, while a deadline counted from
+// the claim would have run out during a publish longer than MarkTimeout
+// and left everything it confirmed unmarked (published again after the
+// lease).
+func (p *Poller) markCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
+}
+
+// claimBatch runs the direct claim and gives up at once the aggregates it
+// took no row of, so that the next claim can take them; it returns the
+// others, and full when the claim took all the aggregates it could (more
+// are probably waiting).
+func (p *Poller) claimBatch(ctx context.Context, only []relaydb.AggregateKey) (busy []*laneAggregate, full bool, err error) {
 	aggs, err := p.claimDirect(ctx, only)
 	if err != nil || len(aggs) == 0 {
-		return 0, false, err
+		return nil, false, err
 	}
 	var empty []*laneAggregate
-	var busy []*laneAggregate
-	rows := 0
 	for _, a := range aggs {
 		if len(a.events) == 0 {
 			empty = append(empty, a)
 		} else {
 			busy = append(busy, a)
-			rows += len(a.events)
 		}
 	}
-	// Detached: what was claimed must be settled even when Stop cancels
-	// ctx, or it waits out its lease. Each settling statement gets its
-	// MarkTimeout from when it starts, not from the claim: publishes end by
-	// claim + Lease - MarkTimeout - brokerCloseWait, so a mark that starts
-	// after them still ends within the lease, while a deadline counted
-	// from the claim would have run out during a publish longer than
-	// MarkTimeout and left everything it confirmed unmarked (published
-	// again after the lease).
-	markCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), p.cfg.MarkTimeout)
-	}
 	if len(empty) > 0 {
-		mctx, cancel := markCtx()
+		mctx, cancel := p.markCtx(ctx)
 		p.releaseEmpty(mctx, empty)
 		cancel()
 	}
-	if len(busy) == 0 {
-		return 0, len(aggs) >= p.cfg.BatchSize, nil
+	return busy, len(aggs) >= p.cfg.BatchSize, nil
+}
+
+// finishDirect publishes and marks the aggregates (each with rows) that
+// a claim made at start took. more says a released aggregate has later
+// versions.
+func (p *Poller) finishDirect(ctx context.Context, start time.Time, busy []*laneAggregate) (int, bool, error) {
+	rows := 0
+	for _, a := range busy {
+		rows += len(a.events)
 	}
 	failpoint.Inject("lane.after-claim")
 	if err := p.loadRows(ctx, busy); err != nil {
-		mctx, cancel := markCtx()
+		mctx, cancel := p.markCtx(ctx)
 		defer cancel()
 		p.settle(mctx, busy, err)
 		return rows, false, err
 	}
 	p.publish(ctx, start, busy)
 	failpoint.Inject("lane.after-confirm")
-	mctx, cancel := markCtx()
+	mctx, cancel := p.markCtx(ctx)
 	defer cancel()
 	more, err := p.settle(mctx, busy, nil)
 	p.metrics.Batch(rows, 0, time.Since(start))
-	return rows, more || len(aggs) >= p.cfg.BatchSize, err
+	return rows, more, err
 }
 
 // claimDirect runs the direct claim and groups its rows per aggregate.

@@ -2,13 +2,16 @@ package poller
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferry-outbox/ferry/broker"
+	"github.com/ferry-outbox/ferry/delivery"
 	"github.com/ferry-outbox/ferry/delivery/rabbitmq"
 	"github.com/ferry-outbox/ferry/ferrytest"
 	"github.com/ferry-outbox/ferry/ferrytest/servers"
@@ -105,4 +108,132 @@ func TestLaneMarkCountsAttempts(t *testing.T) {
 	}, "the second event published once the broker is back")
 	require.Equal(t, 2, readRow(t, db.Pool, second).Attempts)
 	require.Len(t, br.Collect(t, 3, 2*time.Second), 2, "each version published once")
+}
+
+// The direct claim reads about the rows it takes, not the backlog: its
+// scan of outbox_events follows the pending rows' index and stops at the
+// LIMIT, in a plan for these parameters and in the generic plan
+// PostgreSQL switches a prepared statement to. When the next-version test
+// was a join with outbox_aggregates, PostgreSQL misjudged its selectivity,
+// joined and sorted every pending row (a 5,000-row backlog read whole for
+// each claim of 200, 60 ms at 20,000 rows against 1 ms), and the lane fell
+// behind the plain relay on a backlog; a window over the LIMIT read every
+// row sharing the last one's next_attempt_at (here: all of them).
+func TestLaneClaimReadsWhatItTakesNotTheBacklog(t *testing.T) {
+	t.Parallel()
+	db := ferrytest.NewDB(t, "")
+	ctx := context.Background()
+	const backlog, batch = 5000, 200
+	// One statement: every row has the same next_attempt_at.
+	_, err := db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', 'a' || g, 'order.placed', '{}' FROM generate_series(1, $1) g`, backlog)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `ANALYZE outbox_events, outbox_aggregates, outbox_owners`)
+	require.NoError(t, err)
+
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			conn, err := db.Pool.Acquire(ctx)
+			require.NoError(t, err)
+			defer conn.Release()
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, "PREPARE lane_claim AS "+sqlLaneClaim)
+			require.NoError(t, err)
+			defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE lane_claim") }()
+			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode)
+			require.NoError(t, err)
+			var plan []map[string]any
+			require.NoError(t, tx.QueryRow(ctx, fmt.Sprintf(
+				`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lane_claim(%d, '30 seconds', 'relay-a', %d, %d)`,
+				batch, maxDirectRun, (1+claimExtension)*batch)).Scan(&plan))
+			read := 0.0
+			var walk func(n map[string]any)
+			walk = func(n map[string]any) {
+				if n["Relation Name"] == "outbox_events" && n["Node Type"] != "ModifyTable" {
+					read = max(read, n["Actual Rows"].(float64)*n["Actual Loops"].(float64))
+				}
+				kids, _ := n["Plans"].([]any)
+				for _, k := range kids {
+					walk(k.(map[string]any))
+				}
+			}
+			walk(plan[0]["Plan"].(map[string]any))
+			require.Greater(t, read, 0.0, "the plan reads outbox_events")
+			require.LessOrEqual(t, read, float64(2*batch),
+				"a claim of %d aggregates read %.0f rows of a %d-row backlog: the scan no longer stops at the LIMIT", batch, read, backlog)
+		})
+	}
+}
+
+// One claim pass of the lane (Drain) overlaps direct batches and still
+// takes every row: 20 aggregates × 10 events, with claims of 4 aggregates
+// and at most 20 rows (two aggregates whole, two taken without a row),
+// are all published in one pass, each aggregate's versions in order and
+// once; no aggregate is ever in two publishes at once, and no owner row
+// is left. A batch gives up the aggregates it took no row of before the
+// next claim: given up later, while that claim ran, they were skipped as
+// leased and the pass ended with their rows pending.
+func TestLaneDrainOverlapsBatchesAndTakesEveryRow(t *testing.T) {
+	t.Parallel()
+	db := ferrytest.NewDB(t, "")
+	br := ferrytest.NewBroker(t, "")
+	br.Bind(t, "#")
+	pub, err := broker.New(broker.Config{URL: br.URL, Exchange: br.Exchange})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	inner, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	target := &overlapTarget{inner: inner, inflight: map[string]bool{}}
+	p := newPoller(t, db.Pool, Config{Lane: LanePublishFirst, Target: target, BatchSize: 4})
+	ctx := context.Background()
+	const aggs, per = 20, 10
+	_, err = db.Pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', 'a' || (g % $1), 'order.placed', '{}' FROM generate_series(0, $2) g ORDER BY g`, aggs, aggs*per-1)
+	require.NoError(t, err)
+
+	n, err := p.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, aggs*per, n, "one pass took every row")
+	var pending, owners int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status <> 'published') FROM outbox_events`).Scan(&pending))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_owners`).Scan(&owners))
+	require.Zero(t, pending, "rows left unpublished by the pass")
+	require.Zero(t, owners, "owner rows left behind")
+	require.Zero(t, target.overlaps, "an aggregate was in two publishes at once")
+
+	last := map[string]int64{}
+	for _, d := range br.Collect(t, aggs*per+1, 2*time.Second) {
+		id := d.Headers[broker.HeaderAggregateID].(string)
+		v := d.Headers[broker.HeaderAggregateVersion].(int64)
+		require.Equal(t, last[id]+1, v, "aggregate %s: version %d after %d", id, v, last[id])
+		last[id] = v
+	}
+	require.Len(t, last, aggs)
+}
+
+// overlapTarget counts publishes of an aggregate that began while another
+// publish of it was in flight.
+type overlapTarget struct {
+	inner    delivery.Target
+	mu       sync.Mutex
+	inflight map[string]bool
+	overlaps int
+}
+
+func (o *overlapTarget) Publish(ctx context.Context, events []delivery.Event) (int, error) {
+	key := events[0].Row.AggregateType + "/" + events[0].Row.AggregateID
+	o.mu.Lock()
+	if o.inflight[key] {
+		o.overlaps++
+	}
+	o.inflight[key] = true
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		delete(o.inflight, key)
+		o.mu.Unlock()
+	}()
+	return o.inner.Publish(ctx, events)
 }

@@ -342,12 +342,10 @@ func (p *Poller) drain(ctx context.Context) error {
 	return err
 }
 
-// round is one claim round of the configured lane; again says another
-// round would find more.
+// round is one claim round of the workflow lane (the publish-first
+// lane's claim pass is drainDirect); again says another round would find
+// more.
 func (p *Poller) round(ctx context.Context) (int, bool, error) {
-	if p.cfg.Lane == LanePublishFirst {
-		return p.directRound(ctx, nil)
-	}
 	n, err := p.runWorkflowOnce(ctx)
 	return n, n >= p.cfg.BatchSize, err
 }
