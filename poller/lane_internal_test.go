@@ -31,20 +31,12 @@ func TestLaneMarksAPublishSlowerThanTheMarkTimeout(t *testing.T) {
 	t.Parallel()
 	db := ferrytest.NewDB(t, "")
 	br := ferrytest.NewBroker(t, "")
-	u, err := url.Parse(br.URL)
-	require.NoError(t, err)
-	proxy := servers.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	pub, err := broker.New(broker.Config{URL: u.String(), Exchange: br.Exchange, DialTimeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
-	require.NoError(t, err)
+	target, proxy := proxiedTarget(t, br)
 	p := newPoller(t, db.Pool, Config{Lane: LanePublishFirst, Target: target, MarkTimeout: time.Second})
 	ctx := context.Background()
 
 	first := insertEvent(t, db.Pool, "order", "A", nil)
-	_, err = p.Drain(ctx) // the publisher's connection is up
+	_, err := p.Drain(ctx) // the publisher's connection is up
 	require.NoError(t, err)
 	require.Equal(t, "published", readRow(t, db.Pool, first).Status)
 
@@ -72,20 +64,12 @@ func TestLaneMarkCountsAttempts(t *testing.T) {
 	t.Parallel()
 	db := ferrytest.NewDB(t, "")
 	br := ferrytest.NewBroker(t, "")
-	u, err := url.Parse(br.URL)
-	require.NoError(t, err)
-	proxy := servers.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	pub, err := broker.New(broker.Config{URL: u.String(), Exchange: br.Exchange, DialTimeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
-	require.NoError(t, err)
+	target, proxy := proxiedTarget(t, br)
 	p := newPoller(t, db.Pool, Config{Lane: LanePublishFirst, Target: target})
 	ctx := context.Background()
 
 	first := insertEvent(t, db.Pool, "order", "A", nil)
-	_, err = p.Drain(ctx)
+	_, err := p.Drain(ctx)
 	require.NoError(t, err)
 	r := readRow(t, db.Pool, first)
 	require.Equal(t, "published", r.Status)
@@ -236,4 +220,20 @@ func (o *overlapTarget) Publish(ctx context.Context, events []delivery.Event) (i
 		o.mu.Unlock()
 	}()
 	return o.inner.Publish(ctx, events)
+}
+
+// proxiedTarget is a RabbitMQ target that reaches br through a proxy the
+// test can stall or pause.
+func proxiedTarget(t *testing.T, br *ferrytest.Broker) (*rabbitmq.Target, *servers.Proxy) {
+	t.Helper()
+	u, err := url.Parse(br.URL)
+	require.NoError(t, err)
+	proxy := servers.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	pub, err := broker.New(broker.Config{URL: u.String(), Exchange: br.Exchange, DialTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	target, err := rabbitmq.New(rabbitmq.Config{Publisher: pub})
+	require.NoError(t, err)
+	return target, proxy
 }
