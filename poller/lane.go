@@ -297,10 +297,11 @@ func (p *Poller) publishDirect(ctx context.Context, only []relaydb.AggregateKey)
 // the next claim is made while the batch before it waits for the broker's
 // confirms and its mark. A batch's time is mostly waiting (a confirm
 // waits for the broker's disk, a mark for PostgreSQL's commit), so one
-// relay that overlaps two keeps both busy; measured on 2 cores: see
-// docs/performance.md. Batches in flight never share an aggregate: each
-// claim skips the aggregates under a live lease, as it skips another
-// relay's, and the claims are made one after the other.
+// relay that overlaps two keeps both busy: in one process on 2 cores, a
+// backlog of 10,000 aggregates × 10 events drained at about 6,600
+// events/s with two out, 5,300 with one. Batches in flight never share
+// an aggregate: each claim skips the aggregates under a live lease, as it
+// skips another relay's, and the claims are made one after the other.
 const directRounds = 2
 
 // drainDirect is the claim pass of the publish-first lane: direct
