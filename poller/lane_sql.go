@@ -41,14 +41,14 @@ import (
 // aggregates × 10 events it costed a claim of 200 as reading the whole
 // backlog (668,000), and JIT-compiled every claim, 600 ms each against
 // 15 ms; a boolean of unknown value gets 50 %, a cost of about 7,000. The
-// owner rows a candidate
-// must not have are read once per claim into a hash (NOT IN over a
-// subquery, which PostgreSQL keeps as a subplan and hashes, where it turns
-// NOT EXISTS into a join): as NOT EXISTS, the bench's 100,000-row backlog
-// was planned as a sequential scan of outbox_owners for each pending row
-// looked at, 512,000 scans and 50 million owner rows read in one drain
-// (pg_stat_user_tables), against 212 scans with the hash. The columns are
-// the primary key's, never NULL, so NOT IN means NOT EXISTS.
+// owner rows a candidate must not have are read once per claim into a hash
+// (NOT IN over a subquery, which PostgreSQL keeps as a subplan and hashes,
+// where it turns NOT EXISTS into a join): as NOT EXISTS, the bench's
+// 100,000-row backlog was planned as a sequential scan of outbox_owners
+// for each pending row looked at, 512,000 scans and 50 million owner rows
+// read in one drain (pg_stat_user_tables), against 212 scans with the
+// hash. The columns are the primary key's, never NULL, so NOT IN means NOT
+// EXISTS.
 const laneCandidates = `
     SELECT c.aggregate_type, c.aggregate_id, c.delivered_version,
            row_number() OVER (ORDER BY c.next_attempt_at) AS rank
